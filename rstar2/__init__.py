@@ -1,0 +1,9 @@
+"""rstar2: agentic reinforcement learning for tool-using math reasoners (rStar2-Agent).
+
+Packages by pipeline stage: ``sandbox`` (isolated Python execution service), ``reward``
+(answer extraction and verification), ``agent`` (prompt, tool calls, multi-turn rollout),
+``engines`` (token-in/token-out generation), ``rl`` (GRPO-RoC), ``data`` and ``eval``;
+``cli`` is the thin ``rstar2`` command over them.
+"""
+
+__version__ = "0.1.0"

