@@ -1,0 +1,57 @@
+"""`rstar2 sandbox serve`: the code environment service."""
+
+from __future__ import annotations
+
+import os
+
+import typer
+
+from rstar2.cli.app import app
+
+sandbox_app = typer.Typer(help="The isolated Python execution service used for tool calls and grading.",
+                          no_args_is_help=True)
+app.add_typer(sandbox_app, name="sandbox")
+
+
+@sandbox_app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", help="Address to listen on. Keep it private: never expose the service."),
+    port: int = typer.Option(8070, help="Port to listen on."),
+    workers: int = typer.Option(os.cpu_count() or 2, min=1, max=1024,
+                                help="Warm worker processes; each runs one call at a time. Default: CPU count."),
+    timeout_s: float = typer.Option(4.0, "--timeout-s", min=0.01, help="Default wall-clock deadline per call, seconds."),
+    max_timeout_s: float = typer.Option(60.0, "--max-timeout-s", min=0.01,
+                                        help="Largest deadline a request may ask for."),
+    memory_mb: int = typer.Option(1024, "--memory-mb", min=64, help="Address-space limit per call, MiB."),
+    max_procs: int = typer.Option(64, "--max-procs", min=1, help="Processes per call (fork-bomb bound)."),
+    output_kb: int = typer.Option(64, "--output-kb", min=1, help="stdout/stderr kept per call, KiB; the rest is cut with a marker."),
+    queue_size: int = typer.Option(16384, "--queue-size", min=1,
+                                   help="Calls that may wait for a worker; beyond it the service answers 503."),
+    unsafe_no_isolation: bool = typer.Option(False, "--unsafe-no-isolation",
+                                             help="Run code WITHOUT bubblewrap (no namespaces): only for trusted code."),
+) -> None:
+    """Start the sandbox service: POST /run, POST /run_batch, GET /health, GET /metrics, /docs.
+
+    Every call runs in a fresh process forked from a warm worker (sympy and numpy already
+    imported), inside bubblewrap (no network, private PID/IPC/tmp, read-only system) with
+    rlimits and a deadline that kills the call's whole process tree.
+    """
+    from rstar2.sandbox.isolation import IsolationUnavailable, WorkerLimits
+    from rstar2.sandbox.pool import PoolConfig
+    from rstar2.sandbox.server import serve as serve_forever
+
+    limits = WorkerLimits(memory_mb=memory_mb, max_procs=max_procs, output_cap=output_kb * 1024)
+    config = PoolConfig(
+        workers=workers,
+        default_timeout_s=timeout_s,
+        max_timeout_s=max(max_timeout_s, timeout_s),
+        queue_size=queue_size,
+        isolated=not unsafe_no_isolation,
+        port=port,
+        limits=limits,
+    )
+    try:
+        serve_forever(config, host=host)
+    except IsolationUnavailable as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from error

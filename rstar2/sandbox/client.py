@@ -1,0 +1,162 @@
+"""Async client of the sandbox service: batching, a concurrency limit, several servers.
+
+``await client.run(code, stdin)`` looks like one call, but concurrent calls are gathered
+into ``/run_batch`` requests (up to ``max_batch`` calls, or whatever arrived within
+``batch_wait_s``), which is what keeps thousands of tool calls per step cheap.
+
+Failure policy, which is deliberately loud:
+
+* 503 (queue full) -> wait ``Retry-After`` (with jitter) and send again, to the next server,
+  for up to ``overload_wait_s`` in total;
+* transport errors (refused, reset, timed out) -> the server is marked down for a while and
+  the batch retried on the next server with exponential back-off, ``retries`` times;
+* anything else, or retries exhausted -> ``SandboxUnavailable`` / ``SandboxError`` raised to
+  every caller of the batch. A service that cannot be reached never becomes a fake tool output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import time
+from collections.abc import Sequence
+
+import httpx
+
+from rstar2.sandbox.protocol import RunRequest, RunResult
+
+DOWN_FOR_S = 5.0
+
+
+class SandboxError(RuntimeError):
+    """The service answered something other than results (a bug or a bad request)."""
+
+
+class SandboxUnavailable(SandboxError):
+    """No sandbox server could be reached (after retries)."""
+
+
+class SandboxClient:
+    """Client of one or more sandbox servers; use as ``async with SandboxClient(urls) as c``."""
+
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        *,
+        max_concurrency: int = 256,
+        max_batch: int = 32,
+        batch_wait_s: float = 0.002,
+        retries: int = 4,
+        backoff_s: float = 0.2,
+        overload_wait_s: float = 600.0,
+        http_timeout_s: float = 120.0,
+    ):
+        self.urls = [u.rstrip("/") for u in ([urls] if isinstance(urls, str) else urls)]
+        if not self.urls:
+            raise ValueError("SandboxClient needs at least one server URL")
+        self.max_batch = max_batch
+        self.batch_wait_s = batch_wait_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.overload_wait_s = overload_wait_s
+        self.slots = asyncio.Semaphore(max_concurrency)
+        self.http = httpx.AsyncClient(timeout=http_timeout_s, limits=httpx.Limits(max_connections=64))
+        self.next_url = itertools.cycle(range(len(self.urls)))
+        self.down_until = [0.0] * len(self.urls)
+        self.pending: list[tuple[RunRequest, asyncio.Future]] = []
+        self.flush_handle: asyncio.TimerHandle | None = None
+        self.in_flight: set[asyncio.Task] = set()
+
+    async def __aenter__(self) -> SandboxClient:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self.in_flight:
+            await asyncio.gather(*self.in_flight, return_exceptions=True)
+        await self.http.aclose()
+
+    async def run(self, code: str, stdin: str = "", timeout_s: float | None = None) -> RunResult:
+        """Run one snippet; raises SandboxUnavailable when no server can run it."""
+        request = RunRequest(code=code, stdin=stdin, timeout_s=timeout_s)
+        async with self.slots:
+            future = asyncio.get_running_loop().create_future()
+            self.pending.append((request, future))
+            if len(self.pending) >= self.max_batch:
+                self.flush()
+            elif self.flush_handle is None:
+                self.flush_handle = asyncio.get_running_loop().call_later(self.batch_wait_s, self.flush)
+            return await future
+
+    async def run_many(self, requests: Sequence[RunRequest]) -> list[RunResult]:
+        return list(
+            await asyncio.gather(*(self.run(r.code, r.stdin, r.timeout_s) for r in requests))
+        )
+
+    def flush(self) -> None:
+        """Send what is pending as one batch."""
+        if self.flush_handle is not None:
+            self.flush_handle.cancel()
+            self.flush_handle = None
+        batch, self.pending = self.pending, []
+        if batch:
+            task = asyncio.get_running_loop().create_task(self.send(batch))
+            self.in_flight.add(task)
+            task.add_done_callback(self.in_flight.discard)
+
+    async def send(self, batch: list[tuple[RunRequest, asyncio.Future]]) -> None:
+        try:
+            results = await self.post_batch([request for request, _ in batch])
+        except Exception as error:  # noqa: BLE001 -- handed to every waiting caller
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        for (_, future), result in zip(batch, results):
+            if not future.done():
+                future.set_result(result)
+
+    def pick_server(self) -> int:
+        """Round-robin over servers, skipping those recently found down (unless all are)."""
+        now = time.monotonic()
+        for _ in range(len(self.urls)):
+            index = next(self.next_url)
+            if self.down_until[index] <= now:
+                return index
+        return min(range(len(self.urls)), key=self.down_until.__getitem__)
+
+    async def post_batch(self, requests: list[RunRequest]) -> list[RunResult]:
+        body = {"requests": [r.model_dump(exclude_none=True) for r in requests]}
+        transport_failures, overload_deadline = 0, time.monotonic() + self.overload_wait_s
+        errors: list[str] = []
+        while True:
+            index = self.pick_server()
+            url = self.urls[index]
+            try:
+                response = await self.http.post(f"{url}/run_batch", json=body)
+            except httpx.TransportError as error:
+                self.down_until[index] = time.monotonic() + DOWN_FOR_S
+                errors.append(f"{url}: {type(error).__name__}: {error}")
+                transport_failures += 1
+                if transport_failures > self.retries:
+                    raise SandboxUnavailable(
+                        f"no sandbox server reachable after {transport_failures} attempts: "
+                        + "; ".join(errors[-len(self.urls):])
+                    ) from error
+                await asyncio.sleep(self.backoff_s * 2 ** (transport_failures - 1) * random.uniform(0.5, 1.5))
+                continue
+            if response.status_code == 503:
+                if time.monotonic() > overload_deadline:
+                    raise SandboxUnavailable(f"sandbox servers overloaded for {self.overload_wait_s:g}s")
+                retry_after = float(response.headers.get("Retry-After", 1))
+                await asyncio.sleep(retry_after * random.uniform(0.5, 1.5))
+                continue
+            if response.status_code != 200:
+                raise SandboxError(f"{url}/run_batch answered {response.status_code}: {response.text[:500]}")
+            results = response.json()["results"]
+            if len(results) != len(requests):
+                raise SandboxError(f"{url} answered {len(results)} results for {len(requests)} requests")
+            return [RunResult(**r) for r in results]

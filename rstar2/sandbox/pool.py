@@ -1,0 +1,185 @@
+"""The warm worker pool behind the service: a bounded queue of calls and N supervised workers.
+
+Promises:
+
+* a call waits in a bounded queue; when the queue cannot take it the pool says so at once
+  (``QueueFull``), so the HTTP layer can answer 503 instead of letting callers time out;
+* every accepted call is answered: if its worker dies under it (segfault of the worker,
+  out-of-memory kill, killed from outside) the call is answered ``killed`` and the worker
+  is replaced; if the worker stops answering past the call's deadline plus a grace period it
+  is killed and replaced and the call answered ``timeout``;
+* the counters of ``metrics.SandboxMetrics`` are kept up to date.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import struct
+from dataclasses import dataclass, field
+
+from rstar2.sandbox.isolation import WORKER_ENV, WorkerLimits, call_uids, worker_command
+from rstar2.sandbox.metrics import SandboxMetrics
+from rstar2.sandbox.protocol import RunRequest, RunResult
+
+log = logging.getLogger("rstar2.sandbox")
+
+START_TIMEOUT_S = 120.0  # importing sympy and numpy in a cold page cache can take a while
+GRACE_S = 3.0  # time a worker gets past a call's deadline to kill, drain and report
+
+
+class QueueFull(Exception):
+    """The pool cannot accept more calls right now."""
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    workers: int = 4
+    default_timeout_s: float = 4.0
+    max_timeout_s: float = 60.0
+    queue_size: int = 16384
+    isolated: bool = True
+    port: int = 8070
+    limits: WorkerLimits = field(default_factory=WorkerLimits)
+
+
+@dataclass
+class Job:
+    request: dict
+    future: asyncio.Future
+
+
+class Worker:
+    """One worker process and the pipe protocol to it (see worker.py)."""
+
+    def __init__(self, argv: list[str]):
+        self.argv = argv
+        self.process: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        self.process = await asyncio.create_subprocess_exec(
+            *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=WORKER_ENV
+        )
+        ready = await asyncio.wait_for(self.receive(), START_TIMEOUT_S)
+        if not ready.get("ready"):
+            raise RuntimeError(f"sandbox worker sent {ready!r} instead of ready")
+
+    async def receive(self) -> dict:
+        header = await self.process.stdout.readexactly(4)
+        (size,) = struct.unpack(">I", header)
+        return json.loads(await self.process.stdout.readexactly(size))
+
+    async def call(self, request: dict) -> dict:
+        payload = json.dumps(request).encode()
+        self.process.stdin.write(struct.pack(">I", len(payload)) + payload)
+        await self.process.stdin.drain()
+        return await self.receive()
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.kill()
+
+    async def stop(self) -> None:
+        self.kill()
+        if self.process is not None:
+            await self.process.wait()
+
+
+class WorkerPool:
+    """Feeds queued calls to warm workers; see the module docstring for what it promises."""
+
+    def __init__(self, config: PoolConfig, metrics: SandboxMetrics):
+        self.config = config
+        self.metrics = metrics
+        self.queue: asyncio.Queue[Job] = asyncio.Queue(maxsize=config.queue_size)
+        self.workers: list[Worker] = []
+        self.tasks: list[asyncio.Task] = []
+        self.alive = 0
+
+    async def start(self) -> None:
+        uids = call_uids(self.config.port, self.config.workers)
+        self.workers = [
+            Worker(worker_command(self.config.limits, uid, self.config.isolated)) for uid in uids
+        ]
+        self.tasks = [asyncio.create_task(self.serve_with(w)) for w in self.workers]
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await asyncio.gather(*(w.stop() for w in self.workers), return_exceptions=True)
+        while not self.queue.empty():
+            job = self.queue.get_nowait()
+            if not job.future.done():
+                job.future.set_exception(RuntimeError("sandbox service is shutting down"))
+
+    def deadline_of(self, request: RunRequest) -> float:
+        return min(request.timeout_s or self.config.default_timeout_s, self.config.max_timeout_s)
+
+    def submit_many(self, requests: list[RunRequest]) -> list[asyncio.Future]:
+        """Queue all requests or none (raises QueueFull)."""
+        if self.queue.maxsize - self.queue.qsize() < len(requests):
+            self.metrics.rejected.inc(len(requests))
+            raise QueueFull
+        loop = asyncio.get_running_loop()
+        futures = []
+        for request in requests:
+            payload = {"code": request.code, "stdin": request.stdin, "timeout_s": self.deadline_of(request)}
+            future = loop.create_future()
+            self.queue.put_nowait(Job(payload, future))
+            futures.append(future)
+        self.metrics.queue_depth.set(self.queue.qsize())
+        return futures
+
+    async def run_many(self, requests: list[RunRequest]) -> list[RunResult]:
+        return list(await asyncio.gather(*self.submit_many(requests)))
+
+    async def serve_with(self, worker: Worker) -> None:
+        """Keep one worker alive and feed it jobs, forever."""
+        restarts = 0
+        while True:
+            try:
+                await worker.start()
+            except Exception as error:  # noqa: BLE001 -- retried with back-off, and logged
+                log.error("sandbox worker failed to start: %s", error)
+                worker.kill()
+                await asyncio.sleep(min(30.0, 0.5 * 2**restarts))
+                restarts += 1
+                continue
+            self.alive += 1
+            self.metrics.workers_alive.set(self.alive)
+            try:
+                await self.feed(worker)
+            finally:
+                self.alive -= 1
+                self.metrics.workers_alive.set(self.alive)
+                await worker.stop()
+            self.metrics.restarts.inc()
+            restarts = 0
+
+    async def feed(self, worker: Worker) -> None:
+        """Run jobs on a started worker until it dies or wedges."""
+        while True:
+            job = await self.queue.get()
+            self.metrics.queue_depth.set(self.queue.qsize())
+            if job.future.done():  # the caller went away
+                continue
+            outcome, healthy = await self.call(worker, job.request)
+            self.metrics.observe(outcome)
+            if not job.future.done():
+                job.future.set_result(outcome)
+            if not healthy:
+                return
+
+    async def call(self, worker: Worker, request: dict) -> tuple[RunResult, bool]:
+        """One call on one worker; a dead or wedged worker becomes the call's outcome."""
+        try:
+            answer = await asyncio.wait_for(worker.call(request), request["timeout_s"] + GRACE_S)
+            return RunResult(**answer), True
+        except asyncio.TimeoutError:
+            note = "[rstar2 sandbox: worker stopped answering past the deadline; it was replaced]\n"
+            return RunResult(status="timeout", stderr=note, duration_s=request["timeout_s"]), False
+        except (asyncio.IncompleteReadError, ConnectionError, BrokenPipeError):
+            note = "[rstar2 sandbox: the worker running this call died; it was replaced]\n"
+            return RunResult(status="killed", stderr=note), False

@@ -1,0 +1,103 @@
+"""The code environment service over HTTP (FastAPI; the OpenAPI schema is at /openapi.json).
+
+* ``POST /run``        one ``RunRequest`` -> one ``RunResult``
+* ``POST /run_batch``  ``{"requests": [...]}`` -> ``{"results": [...]}`` in the same order
+* ``GET  /health``     workers alive, queue depth, isolation mode
+* ``GET  /metrics``    Prometheus text
+
+When the queue cannot take a request (or a whole batch) the answer is an immediate 503 with
+``Retry-After``; clients back off and retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import asynccontextmanager
+
+import uvicorn
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
+
+from rstar2.sandbox.isolation import check_isolation
+from rstar2.sandbox.metrics import SandboxMetrics
+from rstar2.sandbox.pool import PoolConfig, QueueFull, WorkerPool
+from rstar2.sandbox.protocol import BatchRequest, BatchResponse, RunRequest, RunResult
+
+RETRY_AFTER_S = 1
+
+
+def overloaded() -> JSONResponse:
+    return JSONResponse(
+        {"detail": "sandbox queue is full; retry later"},
+        status_code=503,
+        headers={"Retry-After": str(RETRY_AFTER_S)},
+    )
+
+
+def create_app(config: PoolConfig) -> FastAPI:
+    """The service; its worker pool starts with the app and dies with it."""
+    metrics = SandboxMetrics()
+    pool = WorkerPool(config, metrics)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        await pool.start()
+        try:
+            yield
+        finally:
+            await pool.close()
+
+    app = FastAPI(
+        title="rstar2 sandbox",
+        description="Isolated, high-throughput execution of model-written Python.",
+        lifespan=lifespan,
+    )
+    app.state.pool = pool
+
+    @app.post("/run", response_model=RunResult, responses={503: {"description": "queue full"}})
+    async def run(request: RunRequest):
+        try:
+            (future,) = pool.submit_many([request])
+        except QueueFull:
+            return overloaded()
+        return await future
+
+    @app.post("/run_batch", response_model=BatchResponse, responses={503: {"description": "queue full"}})
+    async def run_batch(batch: BatchRequest):
+        try:
+            futures = pool.submit_many(batch.requests)
+        except QueueFull:
+            return overloaded()
+        return BatchResponse(results=list(await asyncio.gather(*futures)))
+
+    @app.get("/health")
+    async def health():
+        body = {
+            "status": "ok" if pool.alive else "starting",
+            "workers_alive": pool.alive,
+            "workers": config.workers,
+            "queue_depth": pool.queue.qsize(),
+            "isolation": "bubblewrap" if config.isolated else "none",
+        }
+        return JSONResponse(body, status_code=200 if pool.alive else 503)
+
+    @app.get("/metrics")
+    async def prometheus_metrics():
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4")
+
+    return app
+
+
+def serve(config: PoolConfig, host: str = "127.0.0.1", log_level: str = "warning") -> None:
+    """Run the service until interrupted. Refuses to run unisolated unless config says so."""
+    if config.isolated:
+        check_isolation(config.limits)
+    app = create_app(config)
+    mode = "bubblewrap isolation" if config.isolated else "NO ISOLATION (unsafe)"
+    print(
+        f"rstar2 sandbox listening on http://{host}:{config.port} "
+        f"({config.workers} workers, {mode}, timeout {config.default_timeout_s:g}s, "
+        f"{config.limits.memory_mb} MB per call)",
+        flush=True,
+    )
+    uvicorn.run(app, host=host, port=config.port, log_level=log_level, access_log=False)

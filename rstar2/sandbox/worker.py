@@ -1,0 +1,416 @@
+"""A warm sandbox worker: one process that runs calls one at a time, each in a fresh fork.
+
+This file is started as a script (inside bubblewrap, see ``isolation.py``) and imports nothing
+from rstar2, so that only this file and the Python installation need to be visible in the
+sandbox. It imports the heavy modules model code uses once at start-up; each call then forks
+a child that inherits them, so no call pays interpreter start-up or ``import sympy``.
+
+Contract of one call, as enforced here:
+
+* fresh process per call, started in a fresh empty directory under the private ``/tmp``
+  that is deleted afterwards; no state survives from one call to the next;
+* rlimits set before the snippet runs and not raisable by it (hard = soft; the child also
+  drops to an unprivileged uid when the worker runs as root): CPU seconds, address space,
+  processes, file size, open files, no core dumps;
+* stdin comes from a file, stdout and stderr go to pipes that the worker drains, keeping the
+  first ``output_cap`` bytes of each and a marker that says how much was dropped;
+* the run's own outcome (exit status, last-expression repr) travels on a third pipe, so no
+  text the program prints can be mistaken for it;
+* at the deadline, and after every call whatever its end, every process of the call dies:
+  as PID 1 of its own PID namespace the worker kills all other processes in it (``kill(-1)``),
+  which catches ``setsid`` and double-forked children; without a namespace (unsafe mode) it is
+  a child subreaper and kills every descendant it finds.
+
+Protocol with the service on stdin/stdout: 4-byte big-endian length + JSON, both ways. The
+worker first sends ``{"ready": true}``; then for each request ``{"code", "stdin", "timeout_s"}``
+it answers one result ``{"status", "stdout", "stderr", "result", "duration_s"}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import atexit
+import ctypes
+import gc
+import json
+import os
+import resource
+import selectors
+import shutil
+import signal
+import struct
+import sys
+import tempfile
+import time
+import traceback
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
+    os.environ[_var] = "1"  # fork() is only safe from a single-threaded process
+os.environ["MPLBACKEND"] = "Agg"
+
+WARM_MODULES = (
+    "math", "cmath", "itertools", "functools", "fractions", "decimal", "collections",
+    "statistics", "random", "re", "heapq", "bisect", "json", "string", "numpy", "sympy",
+)
+CHILD_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "PYTHONIOENCODING": "utf-8",
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MPLBACKEND": "Agg",
+}
+SNIPPET_FILENAME = "<code>"
+PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
+EXIT_ERROR = 1
+
+
+def warm_up() -> None:
+    """Import what model-written code usually imports, once, before any fork."""
+    for name in WARM_MODULES:
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+
+
+# ---------------------------------------------------------------- the child: runs one snippet
+
+
+def split_last_expression(code: str) -> tuple[ast.Module, ast.Expression | None]:
+    """Split source into the statements to exec and a final expression to show, as IPython."""
+    tree = ast.parse(code, SNIPPET_FILENAME, "exec")
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = tree.body.pop()
+        return tree, ast.Expression(last.value)
+    return tree, None
+
+
+def print_snippet_traceback(exc: BaseException) -> None:
+    """Print the traceback as Python would, without the worker's own frames."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    sys.stderr.write("".join(traceback.format_exception(type(exc), exc, tb)))
+
+
+def run_snippet(code: str, result_fd: int) -> int:
+    """Run the code as __main__ and return the process exit code; the last repr goes to result_fd."""
+    import linecache
+
+    linecache.cache[SNIPPET_FILENAME] = (len(code), None, code.splitlines(True), SNIPPET_FILENAME)
+    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    exit_code = 0
+    shown = None
+    try:
+        body, last = split_last_expression(code)
+        exec(compile(body, SNIPPET_FILENAME, "exec"), namespace)
+        if last is not None:
+            value = eval(compile(last, SNIPPET_FILENAME, "eval"), namespace)
+            shown = None if value is None else repr(value)
+    except SystemExit as exit_request:
+        code_ = exit_request.code
+        if isinstance(code_, int) or code_ is None:
+            exit_code = code_ or 0
+        else:
+            sys.stderr.write(f"{code_}\n")
+            exit_code = EXIT_ERROR
+    except BaseException as exc:  # noqa: BLE001 -- everything the snippet raises is its outcome
+        print_snippet_traceback(exc)
+        exit_code = EXIT_ERROR
+    try:
+        atexit._run_exitfuncs()
+    except BaseException as exc:  # noqa: BLE001
+        print_snippet_traceback(exc)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001 -- a closed stream must not hide the outcome
+            pass
+    os.write(result_fd, json.dumps({"result": shown}).encode())
+    return exit_code
+
+
+def set_limits(cfg: argparse.Namespace, timeout_s: float) -> None:
+    """Resource limits of the call; hard = soft so the snippet cannot raise them."""
+    cpu = int(timeout_s) + 1
+    memory = cfg.memory_mb * 1024 * 1024
+    limits = {
+        resource.RLIMIT_CPU: cpu,
+        resource.RLIMIT_AS: memory,
+        resource.RLIMIT_FSIZE: cfg.file_mb * 1024 * 1024,
+        resource.RLIMIT_NOFILE: cfg.max_files,
+        resource.RLIMIT_CORE: 0,
+    }
+    if cfg.uid is not None or os.getpid() != 1:
+        # Counted per uid: meaningful when the child gets its own uid. As non-root in unsafe
+        # mode it is a fork-bomb backstop shared with the user's other processes.
+        limits[resource.RLIMIT_NPROC] = cfg.max_procs
+    for which, value in limits.items():
+        resource.setrlimit(which, (value, value))
+
+
+def become_child(cfg, request, call_dir, stdin_path, out_w, err_w, result_w) -> None:
+    """In the forked child: wire fds, drop privileges, set limits, run the snippet, exit."""
+    try:
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        atexit._clear()  # the worker's exit handlers are not the snippet's
+        stdin_fd = os.open(stdin_path, os.O_RDONLY)
+        os.dup2(stdin_fd, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        result_fd = os.dup2(result_w, 3)
+        os.closerange(4, 1 << 16)
+        os.chdir(call_dir)
+        os.environ.clear()
+        os.environ.update(CHILD_ENV, HOME=call_dir, TMPDIR=call_dir)
+        tempfile.tempdir = None
+        set_limits(cfg, request["timeout_s"])
+        if cfg.uid is not None:
+            os.setgroups([])
+            os.setgid(cfg.uid)
+            os.setuid(cfg.uid)
+        sys.stdin = open(0, "r", encoding="utf-8", errors="replace", closefd=False)
+        sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
+        sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
+        code = run_snippet(request["code"], result_fd)
+    except BaseException as exc:  # noqa: BLE001 -- a failure before the snippet ran is an error too
+        os.write(2, f"[rstar2 sandbox: could not start the call: {exc!r}]\n".encode())
+        code = EXIT_ERROR
+    os._exit(code)
+
+
+# ---------------------------------------------------------------- the worker: supervises calls
+
+
+class CappedBuffer:
+    """Keeps the first ``cap`` bytes of a stream and counts the rest."""
+
+    def __init__(self, cap: int):
+        self.cap, self.data, self.dropped = cap, bytearray(), 0
+
+    def add(self, chunk: bytes) -> None:
+        room = self.cap - len(self.data)
+        self.data += chunk[:room]
+        self.dropped += max(0, len(chunk) - room)
+
+    def text(self) -> str:
+        text = self.data.decode("utf-8", errors="replace")
+        if self.dropped:
+            text += f"\n[rstar2 sandbox: output truncated, {self.dropped} more bytes dropped]\n"
+        return text
+
+
+def child_pids_of(pid: int) -> list[int]:
+    """Direct children of ``pid``, read from /proc (used only without a PID namespace)."""
+    children = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(b")") + 2 :].split()[1]) == pid:
+                children.append(int(entry))
+    return children
+
+
+def kill_everything_else() -> None:
+    """Kill and reap every process of the call, detached ones included."""
+    if os.getpid() == 1:
+        try:
+            os.kill(-1, signal.SIGKILL)  # as PID 1 of the namespace: everyone but us
+        except ProcessLookupError:
+            pass
+    else:  # unsafe mode: we are a child subreaper, so orphans come back to us
+        while children := child_pids_of(os.getpid()):
+            for pid in children:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            reap_all(block=True)
+    reap_all(block=True)
+
+
+def reap_all(block: bool) -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def status_of(wait_status: int | None, deadline_hit: bool) -> tuple[str, str]:
+    """Map how the child ended to an outcome and a note for stderr."""
+    if deadline_hit or wait_status is None:
+        return "timeout", "[rstar2 sandbox: timed out; the call's processes were killed]\n"
+    if os.WIFSIGNALED(wait_status):
+        sig = os.WTERMSIG(wait_status)
+        if sig == signal.SIGXCPU:
+            return "timeout", "[rstar2 sandbox: CPU time limit exceeded]\n"
+        return "killed", f"[rstar2 sandbox: killed by signal {signal.Signals(sig).name}]\n"
+    code = os.waitstatus_to_exitcode(wait_status)
+    return ("ok", "") if code == 0 else ("error", "" if code == EXIT_ERROR else f"[exit code {code}]\n")
+
+
+def supervise(pid: int, pipes: dict[int, CappedBuffer | bytearray], deadline: float):
+    """Drain the child's pipes until it exits or the deadline passes; return its wait status."""
+    selector = selectors.DefaultSelector()
+    pidfd = os.pidfd_open(pid)
+    selector.register(pidfd, selectors.EVENT_READ)
+    for fd in pipes:
+        os.set_blocking(fd, False)
+        selector.register(fd, selectors.EVENT_READ)
+    wait_status = None
+    try:
+        while wait_status is None and (remaining := deadline - time.monotonic()) > 0:
+            for key, _ in selector.select(remaining):
+                if key.fd == pidfd:
+                    wait_status = os.waitpid(pid, 0)[1]
+                else:
+                    drain(key.fd, pipes[key.fd], selector)
+    finally:
+        selector.close()
+        os.close(pidfd)
+    return wait_status
+
+
+def drain(fd: int, sink, selector=None) -> bool:
+    """Read what is available; return False at end of file."""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            return True
+        if not chunk:
+            if selector is not None:
+                selector.unregister(fd)
+            return False
+        sink.add(chunk) if isinstance(sink, CappedBuffer) else sink.extend(chunk)
+
+
+def drain_to_end(pipes: dict, until: float) -> None:
+    """Read what the dead call left in its pipes, then close them (bounded, never blocks)."""
+    for fd, sink in pipes.items():
+        while drain(fd, sink) and time.monotonic() < until:
+            time.sleep(0.001)
+        os.close(fd)
+
+
+def wipe_contents(directory: str) -> None:
+    """Delete everything a call left in the private tmp, even what it made unreadable."""
+
+    def make_writable_and_retry(function, path, _exc):
+        os.chmod(os.path.dirname(path), 0o700)
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.chmod(path, 0o700)
+        function(path)
+
+    for entry in os.scandir(directory):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, onerror=make_writable_and_retry)
+        else:
+            os.unlink(entry.path)
+
+
+def run_call(cfg: argparse.Namespace, request: dict) -> dict:
+    """Run one request in a fresh child and return its outcome."""
+    call_dir = tempfile.mkdtemp(prefix="call-", dir=cfg.tmp_root)
+    stdin_path = os.path.join(cfg.tmp_root, ".stdin")
+    with open(stdin_path, "w", encoding="utf-8") as f:
+        f.write(request.get("stdin") or "")
+    if cfg.uid is not None:
+        os.chown(call_dir, cfg.uid, cfg.uid)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    res_r, res_w = os.pipe()
+    started = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        become_child(cfg, request, call_dir, stdin_path, out_w, err_w, res_w)
+    for fd in (out_w, err_w, res_w):
+        os.close(fd)
+    stdout, stderr, result = CappedBuffer(cfg.output_cap), CappedBuffer(cfg.output_cap), bytearray()
+    pipes = {out_r: stdout, err_r: stderr, res_r: result}
+    wait_status = supervise(pid, pipes, started + request["timeout_s"])
+    duration = time.monotonic() - started
+    kill_everything_else()  # the deadline's kill, and the end of any detached leftovers
+    drain_to_end(pipes, until=time.monotonic() + 1.0)
+    wipe_contents(cfg.tmp_root)
+    status, note = status_of(wait_status, wait_status is None)
+    shown = None
+    if status == "ok":
+        try:
+            shown = json.loads(result.decode())["result"]
+        except (ValueError, KeyError, TypeError):
+            shown = None  # the program ended itself (os._exit) before the runner could report
+    if shown is not None and len(shown) > cfg.output_cap:
+        shown = shown[: cfg.output_cap] + "\n[rstar2 sandbox: result truncated]"
+    return {
+        "status": status,
+        "stdout": stdout.text(),
+        "stderr": stderr.text() + note,
+        "result": shown,
+        "duration_s": round(duration, 6),
+    }
+
+
+# ---------------------------------------------------------------- protocol with the service
+
+
+def read_message(stream) -> dict | None:
+    header = stream.read(4)
+    if len(header) < 4:
+        return None
+    (size,) = struct.unpack(">I", header)
+    return json.loads(stream.read(size))
+
+
+def write_message(stream, message: dict) -> None:
+    payload = json.dumps(message).encode()
+    stream.write(struct.pack(">I", len(payload)) + payload)
+    stream.flush()
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--uid", type=int, default=None, help="run calls as this uid (root only)")
+    parser.add_argument("--memory-mb", type=int, default=1024)
+    parser.add_argument("--max-procs", type=int, default=64)
+    parser.add_argument("--max-files", type=int, default=256)
+    parser.add_argument("--file-mb", type=int, default=64)
+    parser.add_argument("--output-cap", type=int, default=65536)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> None:
+    cfg = parse_args(argv)
+    # The service talks on our stdin/stdout; move them out of the way of the snippets.
+    control_in = os.fdopen(os.dup(0), "rb")
+    control_out = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    # Same-uid snippets (unprivileged mode) could signal us: interrupts must not stop the worker.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    libc = ctypes.CDLL(None)
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # our /proc entries (fds, memory) stay unreadable
+    if os.getpid() != 1:
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of a call come back to us
+    cfg.tmp_root = "/tmp" if os.getpid() == 1 else tempfile.mkdtemp(prefix="rstar2-sandbox-")
+    warm_up()
+    gc.freeze()  # a collection in a call would touch, and so copy, every inherited object
+    write_message(control_out, {"ready": True})
+    while (request := read_message(control_in)) is not None:
+        write_message(control_out, run_call(cfg, request))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
