@@ -1,0 +1,32 @@
+"""Shared fixtures: real services and real data, started once per session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from rstar2.sandbox import local_sandbox
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("RSTAR2_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The offline data sets (../shared/data); tests read them in place."""
+    if not SHARED_DATA.is_dir():
+        pytest.fail(f"shared data not found at {SHARED_DATA}; set RSTAR2_SHARED_DATA")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def sandbox_url() -> str:
+    """A real, isolated sandbox service with two warm workers, shared by the session.
+
+    It is started with a canary variable in its environment that calls must not see.
+    """
+    os.environ.setdefault("RSTAR2_TEST_SECRET", "canary-7f3a")
+    with local_sandbox(workers=2, timeout_s=4.0) as url:
+        yield url
