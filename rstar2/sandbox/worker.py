@@ -343,11 +343,10 @@ def drain(fd: int, sink, selector=None) -> bool:
 
 
 def drain_to_end(pipes: dict, until: float) -> None:
-    """Read what the dead call left in its pipes, then close them (bounded, never blocks)."""
+    """Read what the killed call left in its pipes (bounded, never blocks)."""
     for fd, sink in pipes.items():
         while drain(fd, sink) and time.monotonic() < until:
             time.sleep(0.001)
-        os.close(fd)
 
 
 def wipe_contents(directory: str) -> None:
@@ -366,14 +365,21 @@ def wipe_contents(directory: str) -> None:
             os.unlink(entry.path)
 
 
-def run_call(cfg: argparse.Namespace, request: dict) -> dict:
-    """Run one request in a fresh child and return its outcome."""
-    call_dir = tempfile.mkdtemp(prefix="call-", dir=cfg.tmp_root)
-    stdin_path = os.path.join(cfg.tmp_root, ".stdin")
-    with open(stdin_path, "w", encoding="utf-8") as f:
-        f.write(request.get("stdin") or "")
+def run_call(cfg: argparse.Namespace, request: dict) -> tuple[dict, list[int]]:
+    """Run one request in a fresh child; return its outcome and the pipes to close afterwards.
+
+    When the child ends by itself the outcome is complete once its pipes are drained, so the
+    kill of leftovers and the wipe of /tmp (``clean_up_after``) can wait until the answer is sent.
+    """
+    call_dir = os.path.join(cfg.tmp_root, "call")
+    os.mkdir(call_dir, 0o700)
     if cfg.uid is not None:
         os.chown(call_dir, cfg.uid, cfg.uid)
+    stdin_path = os.devnull
+    if request.get("stdin"):
+        stdin_path = os.path.join(cfg.tmp_root, ".stdin")
+        with open(stdin_path, "w", encoding="utf-8") as f:
+            f.write(request["stdin"])
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     res_r, res_w = os.pipe()
@@ -387,25 +393,39 @@ def run_call(cfg: argparse.Namespace, request: dict) -> dict:
     pipes = {out_r: stdout, err_r: stderr, res_r: result}
     wait_status = supervise(pid, pipes, started + request["timeout_s"])
     duration = time.monotonic() - started
-    kill_everything_else()  # the deadline's kill, and the end of any detached leftovers
-    drain_to_end(pipes, until=time.monotonic() + 1.0)
-    wipe_contents(cfg.tmp_root)
+    if wait_status is None:  # deadline: stop the whole tree now, then collect what it wrote
+        kill_everything_else()
+        drain_to_end(pipes, until=time.monotonic() + 1.0)
+    else:
+        for fd, sink in pipes.items():
+            drain(fd, sink)
     status, note = status_of(wait_status, wait_status is None)
-    shown = None
-    if status == "ok":
-        try:
-            shown = json.loads(result.decode())["result"]
-        except (ValueError, KeyError, TypeError):
-            shown = None  # the program ended itself (os._exit) before the runner could report
-    if shown is not None and len(shown) > cfg.output_cap:
-        shown = shown[: cfg.output_cap] + "\n[rstar2 sandbox: result truncated]"
     return {
         "status": status,
         "stdout": stdout.text(),
         "stderr": stderr.text() + note,
-        "result": shown,
+        "result": shown_value(result, cfg.output_cap) if status == "ok" else None,
         "duration_s": round(duration, 6),
-    }
+    }, list(pipes)
+
+
+def shown_value(record: bytearray, cap: int) -> str | None:
+    """The last-expression repr the runner reported, if it got to report."""
+    try:
+        shown = json.loads(record.decode())["result"]
+    except (ValueError, KeyError, TypeError):
+        return None  # the program ended itself (os._exit) before the runner could report
+    if shown is not None and len(shown) > cap:
+        shown = shown[:cap] + "\n[rstar2 sandbox: result truncated]"
+    return shown
+
+
+def clean_up_after(cfg: argparse.Namespace, pipes: list[int]) -> None:
+    """Kill whatever the call left running, close its pipes, wipe the private tmp."""
+    kill_everything_else()
+    for fd in pipes:
+        os.close(fd)
+    wipe_contents(cfg.tmp_root)
 
 
 # ---------------------------------------------------------------- protocol with the service
@@ -458,7 +478,9 @@ def main(argv: list[str]) -> None:
     cfg.warm_bytes = address_space_bytes()
     write_message(control_out, {"ready": True})
     while (request := read_message(control_in)) is not None:
-        write_message(control_out, run_call(cfg, request))
+        outcome, pipes = run_call(cfg, request)
+        write_message(control_out, outcome)
+        clean_up_after(cfg, pipes)
 
 
 if __name__ == "__main__":
