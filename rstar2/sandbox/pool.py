@@ -137,7 +137,7 @@ class WorkerPool:
 
     async def serve_with(self, worker: Worker) -> None:
         """Keep one worker alive and feed it jobs, forever."""
-        restarts = 0
+        restarts, carried = 0, None
         while True:
             try:
                 await worker.start()
@@ -150,7 +150,7 @@ class WorkerPool:
             self.alive += 1
             self.metrics.workers_alive.set(self.alive)
             try:
-                await self.feed(worker)
+                carried = await self.feed(worker, carried)
             finally:
                 self.alive -= 1
                 self.metrics.workers_alive.set(self.alive)
@@ -158,19 +158,38 @@ class WorkerPool:
             self.metrics.restarts.inc()
             restarts = 0
 
-    async def feed(self, worker: Worker) -> None:
-        """Run jobs on a started worker until it dies or wedges."""
-        while True:
-            job = await self.queue.get()
-            self.metrics.queue_depth.set(self.queue.qsize())
-            if job.future.done():  # the caller went away
-                continue
-            outcome, healthy = await self.call(worker, job.request)
-            self.metrics.observe(outcome)
-            if not job.future.done():
-                job.future.set_result(outcome)
-            if not healthy:
-                return
+    async def feed(self, worker: Worker, job: Job | None) -> Job | None:
+        """Run jobs on a started worker until it dies or wedges.
+
+        A worker that dies while idle is noticed at once; a job taken just as it died is
+        returned, not run, so the next worker runs it instead of answering it ``killed``.
+        """
+        death = asyncio.ensure_future(worker.process.wait())
+        try:
+            while True:
+                job = job or await self.next_job(death)
+                if job is None or death.done():
+                    return job
+                if not job.future.done():  # else the caller went away
+                    outcome, healthy = await self.call(worker, job.request)
+                    self.metrics.observe(outcome)
+                    if not job.future.done():
+                        job.future.set_result(outcome)
+                    if not healthy:
+                        return None
+                job = None
+        finally:
+            death.cancel()
+
+    async def next_job(self, death: asyncio.Future) -> Job | None:
+        """The next queued job, or None if the worker dies first."""
+        getter = asyncio.ensure_future(self.queue.get())
+        await asyncio.wait({getter, death}, return_when=asyncio.FIRST_COMPLETED)
+        if not getter.done():
+            getter.cancel()
+            return None
+        self.metrics.queue_depth.set(self.queue.qsize())
+        return getter.result()
 
     async def call(self, worker: Worker, request: dict) -> tuple[RunResult, bool]:
         """One call on one worker; a dead or wedged worker becomes the call's outcome."""

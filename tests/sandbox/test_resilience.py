@@ -12,7 +12,7 @@ import pytest
 
 from rstar2.sandbox import SandboxClient, local_sandbox
 from tests.sandbox.helpers import run
-from tests.sandbox.procs import worker_pids
+from tests.sandbox.procs import parent_of, worker_pids
 
 
 def wait_for_workers(url: str, n: int, wait_s: float = 60.0) -> None:
@@ -22,14 +22,18 @@ def wait_for_workers(url: str, n: int, wait_s: float = 60.0) -> None:
         time.sleep(0.1)
 
 
-def test_worker_killed_from_outside_is_replaced_and_call_answered_killed():
+# From outside its PID namespace only SIGKILL reaches the worker (it is the namespace's init);
+# a crash of its bubblewrap parent (SIGSEGV) takes it down too.
+@pytest.mark.parametrize("target, sig", [("worker", signal.SIGKILL), ("bubblewrap", signal.SIGSEGV)])
+def test_worker_killed_from_outside_is_replaced_and_call_answered_killed(target, sig):
     with local_sandbox(workers=1) as url:
         (worker,) = worker_pids(url)
+        victim = worker if target == "worker" else parent_of(worker)
         async def call_and_kill():
             async with httpx.AsyncClient(timeout=60) as client:
                 pending = asyncio.create_task(client.post(f"{url}/run", json={"code": "import time; time.sleep(30)", "timeout_s": 30}))
                 await asyncio.sleep(1.0)
-                os.kill(worker, signal.SIGKILL)
+                os.kill(victim, sig)
                 return (await pending).json()
         answer = asyncio.run(call_and_kill())
         assert answer["status"] == "killed" and "worker" in answer["stderr"]
@@ -37,6 +41,16 @@ def test_worker_killed_from_outside_is_replaced_and_call_answered_killed():
         assert run(url, "print('back')").stdout == "back\n"
         assert worker_pids(url) != [worker]
         assert "rstar2_sandbox_worker_restarts_total 1.0" in httpx.get(f"{url}/metrics").text
+
+
+def test_worker_dying_while_idle_is_replaced_before_the_next_call():
+    with local_sandbox(workers=1) as url:
+        (worker,) = worker_pids(url)
+        os.kill(worker, signal.SIGKILL)
+        time.sleep(0.2)
+        assert run(url, "print('ran')").stdout == "ran\n"  # run by the new worker, not answered killed
+        wait_for_workers(url, 1)
+        assert worker_pids(url) != [worker]
 
 
 def test_full_queue_answers_503_with_retry_after_and_the_client_backs_off():
