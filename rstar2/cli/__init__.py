@@ -6,6 +6,7 @@ makes the verbs exist.
 
 from rstar2.cli.app import app
 from rstar2.cli import sandbox  # noqa: F401  (registers `rstar2 sandbox ...`)
+from rstar2.cli import data  # noqa: F401  (registers `rstar2 data ...`)
 
 
 def main() -> None:

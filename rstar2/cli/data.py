@@ -1,0 +1,122 @@
+"""`rstar2 data ...`: the benchmark list and the paper's data filters (integer answers,
+8-gram decontamination, stage-3 difficulty)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rstar2.cli.app import app
+
+data_app = typer.Typer(help="Benchmarks and training-set filters (integer answers, decontamination, difficulty).",
+                       no_args_is_help=True)
+app.add_typer(data_app, name="data")
+
+DATA_DIR_HELP = ("Directory with the benchmark files, flat (DIR/math500.jsonl) or in the shared layout "
+                 "(DIR/math500/math500.jsonl). Default: the copies packaged with rstar2.")
+
+
+def fail(error: Exception) -> typer.Exit:
+    """Print a user-facing error and return the exit to raise."""
+    typer.echo(f"error: {error}", err=True)
+    return typer.Exit(2)
+
+
+@data_app.command("list")
+def list_benchmarks(data_dir: Path = typer.Option(None, "--data-dir", help=DATA_DIR_HELP)) -> None:
+    """List the benchmarks `rstar2 eval --bench` knows by name, with their size and file."""
+    from rstar2.data import REGISTRY, DataError, load_benchmark
+
+    for name, info in REGISTRY.items():
+        try:
+            benchmark = load_benchmark(name, data_dir)
+            typer.echo(f"{name:14} {len(benchmark.problems):5} problems  {info.description}  [{benchmark.path}]")
+        except DataError as error:
+            typer.echo(f"{name:14}     - unavailable: {error}")
+
+
+@data_app.command("integer-filter")
+def integer_filter(
+    source: Path = typer.Argument(..., help="JSONL file of {problem, answer} rows."),
+    out: Path = typer.Option(..., "--out", "-o", help="Where to write the kept rows (JSONL)."),
+) -> None:
+    """Keep only problems whose gold answer is an integer (the paper's RL data rule, §4.2).
+
+    "Integer" is what the grader reads as one: signs, leading zeros, thousands separators,
+    `.0`, units and `%` are decoration. Kept rows get the canonical digits as `answer` (the
+    original in `answer_raw`); all other fields are kept.
+    """
+    from rstar2.data import DataError, read_problems, split_integer_answers, write_jsonl
+
+    try:
+        split = split_integer_answers(read_problems(source))
+    except DataError as error:
+        raise fail(error) from error
+    write_jsonl(out, split.kept)
+    typer.echo(f"kept {len(split.kept)}, dropped {len(split.dropped)} non-integer answers -> {out}")
+    for problem in split.dropped[:5]:
+        typer.echo(f"  dropped line {problem.line} ({problem.id}): answer {problem.answer!r}")
+
+
+@data_app.command("decontaminate")
+def decontaminate(
+    source: Path = typer.Argument(..., help="Training set: JSONL file of {problem, answer} rows."),
+    out: Path = typer.Option(..., "--out", "-o", help="Where to write the rows that overlap nothing (JSONL)."),
+    against: str = typer.Option("math500,aime2024,aime2025,hmmt_feb2025", "--against",
+                                help="Comma-separated benchmarks (names or .jsonl paths). Default: the paper's."),
+    report: Path = typer.Option(None, "--report",
+                                help="Write one JSONL line per overlapping row: line, id, benchmark problems, "
+                                     "shared n-grams, an example. Default: OUT with .overlaps.jsonl."),
+    ngram: int = typer.Option(8, "--ngram", min=1, help="N-gram size in words (the paper: 8)."),
+    min_shared: int = typer.Option(1, "--min-shared", min=1,
+                                   help="Shared n-grams needed to call a row contaminated (the paper: 1)."),
+    data_dir: Path = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
+) -> None:
+    """Remove training problems that share word n-grams with evaluation benchmarks (§4.2).
+
+    Words are lower-cased, whitespace-separated, with sentence punctuation trimmed; a
+    problem shorter than n words must match a whole short benchmark problem. Prints how many
+    rows overlap each benchmark and writes the overlaps for inspection.
+    """
+    from rstar2.data import (DataError, find_overlaps, load_benchmark, overlaps_per_benchmark, read_problems,
+                             split_specs, write_jsonl)
+
+    try:
+        train = read_problems(source)
+        benchmarks = [load_benchmark(spec, data_dir) for spec in split_specs(against)]
+    except DataError as error:
+        raise fail(error) from error
+    overlaps = find_overlaps(train, benchmarks, n=ngram, min_shared=min_shared)
+    flagged = {overlap.id for overlap in overlaps}
+    kept = write_jsonl(out, (dict(p.row, id=p.id) for p in train if p.id not in flagged))
+    report = report or out.with_suffix(".overlaps.jsonl")
+    write_jsonl(report, (overlap.to_row() for overlap in overlaps))
+    typer.echo(f"{len(overlaps)} of {len(train)} rows overlap the benchmarks; kept {kept} -> {out}")
+    for name, count in overlaps_per_benchmark(overlaps).items():
+        typer.echo(f"  {name}: {count} rows")
+    typer.echo(f"overlaps -> {report}")
+
+
+@data_app.command("difficulty-filter")
+def difficulty_filter(
+    source: Path = typer.Argument(..., help="Training set the eval run was made on (JSONL)."),
+    run: Path = typer.Argument(..., help="The eval run directory (or its samples.jsonl)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Where to write the problems kept (JSONL)."),
+    bench: str = typer.Option(None, "--bench", help="Benchmark name in the run. Default: SOURCE's file stem."),
+) -> None:
+    """Keep the problems a policy did not solve in all k samples (the stage-3 rule, §4.4).
+
+    Make the run first, e.g. `rstar2 eval --bench train.jsonl -n 8 --temperature 1.0 --out runs/eval/hard`;
+    k is the run's samples per problem, and every problem must have all k.
+    """
+    from rstar2.data import DataError, read_problems, split_by_difficulty, write_jsonl
+
+    samples = run if run.suffix == ".jsonl" else run / "samples.jsonl"
+    try:
+        split = split_by_difficulty(read_problems(source), samples, bench or source.stem)
+    except DataError as error:
+        raise fail(error) from error
+    write_jsonl(out, (dict(p.row, id=p.id) for p in split.kept))
+    typer.echo(f"kept {len(split.kept)} problems not solved {split.k}/{split.k}, "
+               f"dropped {len(split.dropped)} always solved -> {out}")

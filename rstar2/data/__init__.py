@@ -1,0 +1,44 @@
+"""Benchmark and training sets, and the paper's data filters (§4.2, §4.4). Knows nothing of models.
+
+* ``load_benchmark`` / ``REGISTRY`` -- benchmarks by name (packaged copies, or ``data_dir``) or
+  any JSONL file of ``{problem, answer}`` rows (``benchmarks``);
+* ``read_problems`` / ``Problem`` -- rows checked with line-numbered errors (``problems``);
+* ``split_integer_answers`` -- keep integer-answer problems (``integer``);
+* ``find_overlaps`` -- n-gram decontamination against benchmarks (``decontaminate``);
+* ``split_by_difficulty`` -- drop problems an eval run solved in all k samples (``difficulty``);
+* ``DataError`` -- every data problem a user can cause, with file and line.
+"""
+
+from rstar2.data.benchmarks import (
+    PAPER_DECONTAMINATION_SET,
+    REGISTRY,
+    Benchmark,
+    load_benchmark,
+    split_specs,
+)
+from rstar2.data.decontaminate import DEFAULT_NGRAM, Overlap, find_overlaps, overlaps_per_benchmark
+from rstar2.data.difficulty import DifficultySplit, split_by_difficulty
+from rstar2.data.integer import IntegerSplit, split_integer_answers
+from rstar2.data.jsonl import DataError, read_jsonl, write_jsonl
+from rstar2.data.problems import Problem, read_problems
+
+__all__ = [
+    "DEFAULT_NGRAM",
+    "PAPER_DECONTAMINATION_SET",
+    "REGISTRY",
+    "Benchmark",
+    "DataError",
+    "DifficultySplit",
+    "IntegerSplit",
+    "Overlap",
+    "Problem",
+    "find_overlaps",
+    "load_benchmark",
+    "overlaps_per_benchmark",
+    "read_jsonl",
+    "read_problems",
+    "split_by_difficulty",
+    "split_integer_answers",
+    "split_specs",
+    "write_jsonl",
+]

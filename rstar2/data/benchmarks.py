@@ -1,0 +1,98 @@
+"""The benchmark registry: names users type, the files behind them, and where files are found.
+
+Contract of ``load_benchmark(spec, data_dir)``:
+
+* ``spec`` is a registered name (``aime2024``, ``aime2025``, ``hmmt_feb2025``, ``math500``,
+  ``amc23``, ``gsm8k``) or a path to a JSONL file of ``{problem, answer}`` rows (a custom
+  benchmark, named after the file's stem);
+* a name is looked up in ``data_dir``, flat (``DIR/<stem>.jsonl``) or in the shared data
+  layout (``DIR/<stem>/<stem>.jsonl``); ``None`` means the copies packaged with rstar2
+  (``rstar2/data/benchmarks``, sources and licences in its README);
+* anything else raises ``DataError`` listing the registered names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rstar2.data.jsonl import DataError
+from rstar2.data.problems import Problem, read_problems
+
+PACKAGED_DATA_DIR = Path(__file__).resolve().parent / "benchmarks"
+
+
+@dataclass(frozen=True)
+class BenchmarkInfo:
+    """A benchmark offered by name."""
+
+    name: str
+    stem: str
+    """File name without ``.jsonl`` (also the sub-directory name in the shared layout)."""
+    description: str
+
+
+REGISTRY: dict[str, BenchmarkInfo] = {
+    info.name: info
+    for info in (
+        BenchmarkInfo("aime2024", "aime2024", "AIME 2024 I+II, 30 integer answers"),
+        BenchmarkInfo("aime2025", "aime2025", "AIME 2025 I+II, 30 integer answers"),
+        BenchmarkInfo("hmmt_feb2025", "hmmt_feb2025", "HMMT February 2025, 30 problems, 14 integer answers"),
+        BenchmarkInfo("math500", "math500", "MATH-500 (PRM800K test split), 500 problems"),
+        BenchmarkInfo("amc23", "amc23", "AMC 2023 (Qwen2.5-Math set), 40 integer answers"),
+        BenchmarkInfo("gsm8k", "gsm8k_test", "GSM8K test, 1,319 grade-school problems"),
+    )
+}
+
+# The benchmarks the paper decontaminates its RL data against (§4.2).
+PAPER_DECONTAMINATION_SET = ("math500", "aime2024", "aime2025", "hmmt_feb2025")
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A loaded benchmark: its name, the file it came from, its problems."""
+
+    name: str
+    path: Path
+    problems: list[Problem]
+
+
+def load_benchmark(spec: str, data_dir: str | Path | None = None) -> Benchmark:
+    """The benchmark a user named; see the module docstring."""
+    path = benchmark_path(spec, data_dir)
+    name = spec if spec in REGISTRY else path.stem
+    return Benchmark(name=name, path=path, problems=read_problems(path))
+
+
+def benchmark_path(spec: str, data_dir: str | Path | None = None) -> Path:
+    """The JSONL file behind a benchmark name or path."""
+    if spec in REGISTRY:
+        return registered_path(REGISTRY[spec], Path(data_dir) if data_dir else PACKAGED_DATA_DIR)
+    candidate = Path(spec).expanduser()
+    if candidate.suffix == ".jsonl" or candidate.is_file():
+        if not candidate.is_file():
+            raise DataError(f"{candidate}: no such file")
+        return candidate
+    names = ", ".join(REGISTRY)
+    raise DataError(f"unknown benchmark {spec!r}: use one of {names}, or a path to a .jsonl file")
+
+
+def registered_path(info: BenchmarkInfo, data_dir: Path) -> Path:
+    """Where a registered benchmark lives in ``data_dir`` (flat or shared layout)."""
+    candidates = (data_dir / f"{info.stem}.jsonl", data_dir / info.stem / f"{info.stem}.jsonl")
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    tried = " or ".join(str(c) for c in candidates)
+    raise DataError(f"benchmark {info.name!r} not found in {data_dir}: looked for {tried}")
+
+
+def split_specs(specs: str) -> list[str]:
+    """``"aime2024, math500"`` -> ``["aime2024", "math500"]``; rejects an empty list and repeats."""
+    names = [part.strip() for part in specs.split(",") if part.strip()]
+    if not names:
+        raise DataError("no benchmark given")
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise DataError(f"benchmark listed twice: {', '.join(repeated)}")
+    return names

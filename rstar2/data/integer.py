@@ -1,0 +1,48 @@
+"""The integer-answer filter of the RL data (paper §4.2).
+
+Rule verifiers cannot reliably prove two algebraic expressions equal, so RL trains only on
+problems whose gold answer is an integer. "Integer" means what the reward itself reads as
+one (``rstar2.reward.normalize.canonical_integer``: signs, leading zeros, thousands
+separators, ``.0``, a unit or ``%`` are decoration), so the filter and the grader never
+disagree. Kept rows get the canonical digits as ``answer`` and, where that changed the text,
+the original in ``answer_raw``; every other field is kept as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from rstar2.data.problems import Problem
+from rstar2.reward.normalize import canonical_integer
+
+
+@dataclass(frozen=True)
+class IntegerSplit:
+    """The outcome of the filter: rows to keep (rewritten) and problems dropped."""
+
+    kept: list[dict]
+    dropped: list[Problem]
+
+
+def split_integer_answers(problems: Iterable[Problem]) -> IntegerSplit:
+    """Keep the problems whose answer is an integer; see the module docstring."""
+    kept: list[dict] = []
+    dropped: list[Problem] = []
+    for problem in problems:
+        digits = canonical_integer(problem.answer)
+        if digits is None:
+            dropped.append(problem)
+        else:
+            kept.append(with_canonical_answer(problem, digits))
+    return IntegerSplit(kept=kept, dropped=dropped)
+
+
+def with_canonical_answer(problem: Problem, digits: str) -> dict:
+    """The problem's source row with ``answer`` set to ``digits`` (original kept if it differs)."""
+    row = dict(problem.row)
+    row["id"] = problem.id
+    if digits != problem.answer:
+        row.setdefault("answer_raw", row.get("answer"))
+    row["answer"] = digits
+    return row
