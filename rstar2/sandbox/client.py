@@ -1,8 +1,9 @@
 """Async client of the sandbox service: batching, a concurrency limit, several servers.
 
 ``await client.run(code, stdin)`` looks like one call, but concurrent calls are gathered
-into ``/run_batch`` requests (up to ``max_batch`` calls, or whatever arrived within
-``batch_wait_s``), which is what keeps thousands of tool calls per step cheap.
+into ``/run_batch`` requests (up to ``max_batch`` calls: whatever was submitted in the same
+event-loop turn, or within ``batch_wait_s`` when that is set), which is what keeps thousands
+of tool calls per step cheap without adding latency to a lone call.
 
 Failure policy, which is deliberately loud:
 
@@ -46,7 +47,7 @@ class SandboxClient:
         *,
         max_concurrency: int = 256,
         max_batch: int = 32,
-        batch_wait_s: float = 0.002,
+        batch_wait_s: float = 0.0,
         retries: int = 4,
         backoff_s: float = 0.2,
         overload_wait_s: float = 600.0,
@@ -65,7 +66,7 @@ class SandboxClient:
         self.next_url = itertools.cycle(range(len(self.urls)))
         self.down_until = [0.0] * len(self.urls)
         self.pending: list[tuple[RunRequest, asyncio.Future]] = []
-        self.flush_handle: asyncio.TimerHandle | None = None
+        self.flush_handle: asyncio.Handle | None = None
         self.in_flight: set[asyncio.Task] = set()
 
     async def __aenter__(self) -> SandboxClient:
@@ -88,7 +89,10 @@ class SandboxClient:
             if len(self.pending) >= self.max_batch:
                 self.flush()
             elif self.flush_handle is None:
-                self.flush_handle = asyncio.get_running_loop().call_later(self.batch_wait_s, self.flush)
+                loop = asyncio.get_running_loop()
+                self.flush_handle = (
+                    loop.call_later(self.batch_wait_s, self.flush) if self.batch_wait_s > 0 else loop.call_soon(self.flush)
+                )
             return await future
 
     async def run_many(self, requests: Sequence[RunRequest]) -> list[RunResult]:
