@@ -1,0 +1,117 @@
+"""Answer equivalence: exact integers first, then math-verify with the normalisation it lacks.
+
+Contract: `equivalent(pred, gold)` says whether a predicted answer means the same as the gold
+one. It never raises on odd input, but sympy may run for an unbounded time on pathological
+answers (`10^{10^{10}}`, deeply nested fractions), so call it only inside a deadline-bounded
+worker (`rstar2.reward.grading`); the public `is_equivalent` does that.
+
+Order of checks, cheapest first:
+1. parser-free verdicts (`normalize.verdict_without_parser`): a missing answer, identical
+   answers, two integers compared digit by digit;
+2. math-verify `verify(parse(gold), parse(pred))`, where a bare answer (no `$`, `\\boxed`, ...)
+   is normalised and parsed as LaTeX math, and a text with delimiters is left to
+   math-verify's own extraction (so full model outputs can be compared too).
+"""
+
+import logging
+import re
+
+from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+from math_verify.grader import (
+    is_assignment_relation,
+    is_equation,
+    is_relation,
+    take_first_relation,
+)
+
+from rstar2.reward.normalize import (
+    normalize_answer,
+    read_decimal_commas,
+    repair_latex,
+    verdict_without_parser,
+)
+
+# The deadline is enforced by killing the worker process, so math-verify's own signal.alarm
+# timeouts are off, and its warning that they are off is noise.
+logging.getLogger("math_verify").setLevel(logging.ERROR)
+
+_LATEX = (LatexExtractionConfig(),)
+_LATEX_AND_PLAIN = (LatexExtractionConfig(), ExprExtractionConfig())
+_MATH_DELIMITER = re.compile(r"\\boxed|\\fbox|(?<!\\)\$|\\\(|\\\[")
+_DECIMAL_PLACES = re.compile(r"\d\.(\d+)")
+_DEFAULT_FLOAT_ROUNDING = 6
+_FEWEST_DECIMAL_PLACES = 2
+
+
+def equivalent(pred: str | None, gold: str | None) -> bool:
+    """Whether `pred` is mathematically the same answer as `gold` (unbounded time)."""
+    verdict = verdict_without_parser(pred, gold)
+    if verdict is not None:
+        return verdict
+    pred, gold = read_decimal_commas(pred, gold)
+    return symbolically_equivalent(pred, gold)
+
+
+def symbolically_equivalent(pred: str, gold: str) -> bool:
+    """math-verify's verdict on the parsed answers, asymmetric as math-verify is.
+
+    A relation and a set may match (`x \\in [-2, 7]` and `-2 \\le x \\le 7` in either order),
+    since they state the same thing; variable names stay significant (`f(x)` is not `f(y)`).
+    """
+    gold_parsed = parse_answer(gold)
+    pred_parsed = parse_answer(pred)
+    if not gold_parsed or not pred_parsed:
+        return False
+    if _equation_against_value(pred_parsed[0], gold_parsed[0]):
+        return False
+    return verify(
+        gold_parsed,
+        pred_parsed,
+        float_rounding=float_rounding(pred, gold),
+        strict=True,
+        allow_set_relation_comp=True,
+        timeout_seconds=None,
+    )
+
+
+def _equation_against_value(pred, gold) -> bool:
+    """Whether the prediction is an equation in unknowns while the gold is a value.
+
+    math-verify then compares the equation's right side with the gold: right for an
+    assignment (`x = 5`) or a computation (`\frac{1}{2} = \frac{10}{9}`... ending in the
+    value), wrong for `5x - 7y + 11z + 4 = 0`, whose right side `0` is no answer.
+    """
+    if not is_equation(pred) or is_assignment_relation(pred) or is_relation(gold):
+        return False
+    return bool(take_first_relation(pred).lhs.free_symbols)
+
+
+def float_rounding(pred: str, gold: str) -> int:
+    """Decimal places at which a float answer is compared with the gold.
+
+    Six by default; when the gold is exact (no decimal point written) and the prediction is
+    written to fewer places, the prediction's own precision, but never under two: `0.33` and
+    `2.6667` are accepted for 1/3 and 8/3, `0.3` is not.
+    """
+    if _DECIMAL_PLACES.search(gold):
+        return _DEFAULT_FLOAT_ROUNDING
+    written = max((len(places) for places in _DECIMAL_PLACES.findall(pred)), default=None)
+    if written is None:
+        return _DEFAULT_FLOAT_ROUNDING
+    return min(_DEFAULT_FLOAT_ROUNDING, max(_FEWEST_DECIMAL_PLACES, written))
+
+
+def parse_answer(answer: str) -> list:
+    """math-verify parses of `answer`: a bare answer as LaTeX math, a text by extraction.
+
+    A bare answer is wrapped in `$...$` because math-verify only looks for LaTeX between
+    delimiters: unwrapped, `\\frac{1}{2}` is not found and `10, 4, 2` reads as its last
+    number. A bare answer that is not LaTeX at all (a sentence) falls back to extraction.
+    """
+    if _MATH_DELIMITER.search(answer):
+        return parse(repair_latex(answer), _LATEX_AND_PLAIN, parsing_timeout=None)
+    bare = normalize_answer(answer)
+    parsed = parse(f"${bare}$", _LATEX, parsing_timeout=None)
+    if any(not isinstance(item, str) for item in parsed):
+        return parsed
+    return parse(bare, _LATEX_AND_PLAIN, parsing_timeout=None)

@@ -1,0 +1,93 @@
+"""Find the final answer in a model response.
+
+Contract: `extract_answer` returns the argument of the last `\\boxed{...}` (or `\\fbox{...}`,
+or the brace-less `\\boxed x`) inside the `<answer>...</answer>` block, stripped, or None when
+there is none. It never raises and runs in time linear in the response, so it is safe to call
+on the trainer's path without a deadline.
+
+The rStar2-Agent reward reads the answer only from the `<answer>` block (paper §2.1): a box in
+the reasoning does not count, and a response cut off before `</answer>` has no answer. When
+several `<answer>` blocks are present the last one is graded; the redundancy is a format
+matter, penalised by Resample-on-Correct, not by the reward. For models that use no tags,
+`require_answer_tag=False` falls back to the last box anywhere in the response.
+"""
+
+import re
+
+_ANSWER_OPEN = "<answer>"
+_ANSWER_CLOSE = "</answer>"
+_BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+
+
+def extract_answer(response: str, *, require_answer_tag: bool = True) -> str | None:
+    """The final answer of `response`, or None when it gives none."""
+    block = answer_block(response)
+    if block is not None:
+        boxed = last_boxed(block)
+        if boxed is not None or require_answer_tag:
+            return boxed
+    if require_answer_tag:
+        return None
+    return last_boxed(response)
+
+
+def answer_block(response: str) -> str | None:
+    """The text of the last complete `<answer>...</answer>` block, or None."""
+    end = response.rfind(_ANSWER_CLOSE)
+    if end < 0:
+        return None
+    start = response.rfind(_ANSWER_OPEN, 0, end)
+    if start < 0:
+        return None
+    return response[start + len(_ANSWER_OPEN) : end]
+
+
+def last_boxed(text: str) -> str | None:
+    """The argument of the last box command in `text`, or None.
+
+    Only the last box counts: if it is unclosed (a truncated response) the answer is missing,
+    rather than an earlier box being promoted to final answer.
+    """
+    last = None
+    for last in _BOX_COMMAND.finditer(text):
+        pass
+    if last is None:
+        return None
+    argument = _box_argument(text, last.end())
+    if argument is None:
+        return None
+    argument = argument.strip()
+    return argument or None
+
+
+def _box_argument(text: str, position: int) -> str | None:
+    """The argument that starts at `position`: a balanced `{...}` group or one bare token."""
+    while position < len(text) and text[position] in " \t":
+        position += 1
+    if position >= len(text):
+        return None
+    if text[position] == "{":
+        return _balanced_group(text, position)
+    end = position
+    while end < len(text) and not text[end].isspace() and text[end] not in "$}":
+        end += 1
+    return text[position:end]
+
+
+def _balanced_group(text: str, open_brace: int) -> str | None:
+    """The contents of the brace group opening at `open_brace`; escaped braces do not count."""
+    depth = 0
+    index = open_brace
+    while index < len(text):
+        char = text[index]
+        if char == "\\":
+            index += 2
+            continue
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                return text[open_brace + 1 : index]
+        index += 1
+    return None

@@ -1,0 +1,181 @@
+"""Grading responses against gold answers, every symbolic check under a hard deadline.
+
+Contract:
+- `Grader(workers, deadline_s)` grades (response, gold) pairs into `Grade`s. It never raises
+  on any answer. A symbolic check that overruns `deadline_s` has its worker process killed
+  and scores 0 with `timed_out=True`; a check that crashes scores 0 with `error` set.
+- Extraction and the parser-free verdicts (two integers compared digit by digit, identical
+  answers) run in the calling process: they take linear time and settle most real answers
+  without a round trip to a worker. Only the rest go to the worker pool, which starts on
+  first need.
+- `grade_many` grades one batch on all cores; `is_equivalent` and `score` are the
+  one-pair calls, sharing a one-worker pool started on first use and stopped at exit.
+"""
+
+import atexit
+import os
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from rstar2.reward.extract import extract_answer
+from rstar2.reward.normalize import verdict_without_parser
+from rstar2.reward.pool import DeadlinePool, Outcome, available_cores
+
+DEFAULT_DEADLINE_S = 2.0
+_EQUIVALENCE = "rstar2.reward.equivalence:equivalent"
+_WARMUP_PAIR = ("\\frac{1}{2}", "0.5")
+
+
+@dataclass(frozen=True)
+class Grade:
+    """The verdict on one response."""
+
+    pred: str | None
+    """The answer extracted from the response; None when it gave none."""
+    correct: bool
+    """The answer is equivalent to the gold one."""
+    timed_out: bool = False
+    """The equivalence check overran the deadline and was killed (so `correct` is False)."""
+    error: str | None = None
+    """Why the equivalence check crashed, if it did (then `correct` is False)."""
+
+    @property
+    def reward(self) -> float:
+        """The binary reward of rStar2-Agent: 1.0 when correct, else 0.0."""
+        return 1.0 if self.correct else 0.0
+
+
+OnGrade = Callable[[int, Grade], None]
+
+
+class Grader:
+    """Grades batches with up to `workers` deadline-bounded processes (default: all cores)."""
+
+    def __init__(self, *, workers: int | None = None, deadline_s: float = DEFAULT_DEADLINE_S):
+        if deadline_s <= 0:
+            raise ValueError(f"deadline_s must be positive, got {deadline_s}")
+        self.workers = workers
+        self.deadline_s = deadline_s
+        self._pool: DeadlinePool | None = None
+        self._pool_lock = threading.Lock()
+
+    def __enter__(self) -> "Grader":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the worker processes, if any were started."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def grade_many(
+        self,
+        pairs: Iterable[tuple[str, str]],
+        *,
+        require_answer_tag: bool = True,
+        on_grade: OnGrade | None = None,
+    ) -> list[Grade]:
+        """One grade per (response, gold) pair, in order; see `extract_answer` for the tag rule."""
+        pairs = list(pairs)
+        preds = [extract_answer(response, require_answer_tag=require_answer_tag) for response, _ in pairs]
+        return self.compare_many([(pred, gold) for pred, (_, gold) in zip(preds, pairs)], on_grade)
+
+    def compare_many(
+        self,
+        answer_pairs: Sequence[tuple[str | None, str | None]],
+        on_grade: OnGrade | None = None,
+    ) -> list[Grade]:
+        """One grade per (pred, gold) pair of already extracted answers, in order."""
+        grades: list[Grade | None] = [None] * len(answer_pairs)
+        symbolic: list[int] = []
+        for index, (pred, gold) in enumerate(answer_pairs):
+            verdict = verdict_without_parser(pred, gold)
+            if verdict is None:
+                symbolic.append(index)
+            else:
+                grades[index] = Grade(pred=pred, correct=verdict)
+                if on_grade is not None:
+                    on_grade(index, grades[index])
+        if symbolic:
+
+            def record(position: int, outcome: Outcome) -> None:
+                index = symbolic[position]
+                grades[index] = _grade_from(answer_pairs[index][0], outcome)
+                if on_grade is not None:
+                    on_grade(index, grades[index])
+
+            self._started_pool(len(symbolic)).map([answer_pairs[i] for i in symbolic], record)
+        return grades
+
+    def _started_pool(self, pending: int) -> DeadlinePool:
+        """The worker pool, started on first need with no more workers than pending checks."""
+        with self._pool_lock:
+            if self._pool is None:
+                workers = min(self.workers or available_cores(), pending)
+                self._pool = DeadlinePool(
+                    _EQUIVALENCE, workers=workers, deadline_s=self.deadline_s, warmup=_WARMUP_PAIR
+                )
+            return self._pool
+
+
+def _grade_from(pred: str | None, outcome: Outcome) -> Grade:
+    return Grade(
+        pred=pred,
+        correct=outcome.value is True,
+        timed_out=outcome.timed_out,
+        error=outcome.error,
+    )
+
+
+def grade_many(
+    pairs: Iterable[tuple[str, str]],
+    *,
+    deadline_s: float = DEFAULT_DEADLINE_S,
+    workers: int | None = None,
+    require_answer_tag: bool = True,
+    on_grade: OnGrade | None = None,
+) -> list[Grade]:
+    """Grade (response, gold) pairs in parallel on `workers` processes (default: all cores)."""
+    with Grader(workers=workers, deadline_s=deadline_s) as grader:
+        return grader.grade_many(pairs, require_answer_tag=require_answer_tag, on_grade=on_grade)
+
+
+def is_equivalent(pred: str | None, gold: str | None) -> bool:
+    """Whether `pred` is the same answer as `gold`, decided within the default deadline.
+
+    A check that overruns counts as not equivalent.
+    """
+    return _shared_grader().compare_many([(pred, gold)])[0].correct
+
+
+def score(response: str, gold: str, *, require_answer_tag: bool = True) -> float:
+    """The reward of `response`: 1.0 when its final answer is equivalent to `gold`, else 0.0."""
+    pred = extract_answer(response, require_answer_tag=require_answer_tag)
+    return _shared_grader().compare_many([(pred, gold)])[0].reward
+
+
+class _SharedGrader:
+    """The one-worker grader behind `is_equivalent` and `score`, made on first use.
+
+    One per process: a forked child makes its own rather than talk to its parent's workers.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._grader: Grader | None = None
+        self._pid: int | None = None
+
+    def __call__(self) -> Grader:
+        with self._lock:
+            if self._pid != os.getpid():
+                self._grader = Grader(workers=1)
+                self._pid = os.getpid()
+                atexit.register(self._grader.close)
+            return self._grader
+
+
+_shared_grader = _SharedGrader()

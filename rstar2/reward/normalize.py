@@ -1,0 +1,140 @@
+"""Cheap, parser-free steps of answer comparison.
+
+Contract: every function here is pure string work whose running time is linear in its input
+(no backtracking-prone patterns, no int conversion), so the grading parent process can run
+them on any answer without a deadline. Anything that needs a parser lives in `equivalence`
+and runs in a worker process that is killed when it overruns.
+
+What is here:
+- `normalize_answer`: rewrites of a bare answer that math-verify's own LaTeX normaliser lacks
+  (doubled backslashes, space or `{,}` thousands separators, `\\$`, degree signs, trailing
+  `.` or `\\`);
+- `canonical_integer`: the exact digits of an answer that is an integer in decoration (sign,
+  thousands separators, `.0`, `\\%`, a unit in `\\text{}`, a degree sign), compared as strings
+  so that integers of any length are exact (Python refuses `int()` above 4,300 digits);
+- `base_numeral`: the digits and base of an answer such as `204_5`, compared as written;
+- `verdict_without_parser`: the verdict when no parser is needed (a missing answer, a base
+  numeral, two integers, identical answers), else None.
+"""
+
+import re
+
+_COMMANDS_WRITTEN_WITH_TWO_BACKSLASHES = re.compile(
+    r"(?<!\\)\\(?=\\(?:[dtc]?frac|sqrt|le|leq|ge|geq|lt|gt|neq|left|right|pi|cdot|times|"
+    r"infty|pm|mp|in|cup|cap|text|mathrm|mathbf|boxed|circ|approx)(?![A-Za-z]))"
+)
+# math-verify's unit stripping eats `\text{e}}` with the brace that closes a group, turning
+# `1 - \frac{1}{\mathrm{e}}` into `1`; the constants e and i need no upright wrapper anyway.
+_UPRIGHT_CONSTANT = re.compile(r"\\(?:mathrm|text|operatorname|rm)\{\s*([ei])\s*\}")
+_DEGREE_SIGN = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree(?![A-Za-z])")
+_ESCAPED_DOLLAR = re.compile(r"\\\$")
+# `,\!` and `{,}` are LaTeX's thousands commas; a plain comma followed by a space is a list.
+_THOUSANDS_SEPARATOR = r"(?:\{,\}|,\\!\s*|,|\\[,;! ]|\s)"
+_SEPARATED_THOUSANDS = re.compile(rf"^[-+]?[1-9]\d{{0,2}}(?:{_THOUSANDS_SEPARATOR}\d{{3}})+(?:\.\d+)?$")
+_THOUSANDS_SEPARATOR_ONLY = re.compile(_THOUSANDS_SEPARATOR)
+_DECIMAL_WITH_COMMA = re.compile(r"^-?\d+,\d+$")
+_DECIMAL_WITH_POINT = re.compile(r"^-?\d*\.\d+$")
+_BASE_NUMERAL = re.compile(r"^(?P<digits>[0-9A-Za-z]+)_\{?(?P<base>\d+)\}?$")
+_UNICODE_MINUS = str.maketrans({"−": "-", "–": "-"})
+
+_INTEGER_IN_DECORATION = re.compile(
+    r"^(?P<sign>[-+])?\s*(?P<digits>\d+)(?:\.0*)?"
+    r"\s*(?:\\?%|\\(?:text|mbox|textnormal|mathrm)\{[^{}]*\})?$"
+)
+
+
+def repair_latex(text: str) -> str:
+    """`text` with LaTeX slips that mislead math-verify repaired; safe in any text.
+
+    A command written with two backslashes (`\\\\frac`, common in JSON-escaped data) gets
+    one; an upright `e` or `i` loses its wrapper; a Unicode minus becomes `-`.
+    """
+    text = text.translate(_UNICODE_MINUS)
+    text = _COMMANDS_WRITTEN_WITH_TWO_BACKSLASHES.sub("", text)
+    return _UPRIGHT_CONSTANT.sub(r"\1", text)
+
+
+def normalize_answer(answer: str) -> str:
+    """A bare answer rewritten into the LaTeX math-verify parses best; meaning unchanged."""
+    text = repair_latex(answer.strip())
+    text = _ESCAPED_DOLLAR.sub("", text)
+    text = _DEGREE_SIGN.sub("", text)
+    text = _strip_trailing_punctuation(text)
+    if _SEPARATED_THOUSANDS.match(text):
+        text = _THOUSANDS_SEPARATOR_ONLY.sub("", text)
+    return text
+
+
+def _strip_trailing_punctuation(text: str) -> str:
+    """`text` without trailing spaces, full stops, backslashes or LaTeX spacing (`\\,`).
+
+    Scans back from the end once: a `(...)+$` pattern would backtrack quadratically.
+    """
+    end = len(text)
+    while end > 0:
+        char = text[end - 1]
+        if char.isspace() or char in ".\\":
+            end -= 1
+        elif char in ",;!:" and end >= 2 and text[end - 2] == "\\":
+            end -= 2
+        else:
+            break
+    return text[:end]
+
+
+def canonical_integer(answer: str) -> str | None:
+    """The answer as canonical integer digits (`-12`, `0`), or None if it is not an integer.
+
+    Decorations that do not change an integer's value are dropped: a sign of `+`, leading
+    zeros, thousands separators, a `.0` tail, a percent sign, a trailing unit in `\\text{}`
+    and a degree sign. Dropping `%` follows the labels of every checker we test against
+    (`10\\%` matches `10`); `10\\%` against `0.1` is left to the symbolic path.
+    """
+    match = _INTEGER_IN_DECORATION.match(normalize_answer(answer))
+    if match is None:
+        return None
+    digits = match["digits"].lstrip("0") or "0"
+    negative = match["sign"] == "-" and digits != "0"
+    return f"-{digits}" if negative else digits
+
+
+def base_numeral(answer: str) -> tuple[str, str] | None:
+    """(digits, base) of a numeral written in a base (`204_5`, `40_{9}`), else None.
+
+    Such an answer is the numeral, not its value: math-verify drops the subscript and
+    would accept `40` for `40_9` (which is 36).
+    """
+    match = _BASE_NUMERAL.match(normalize_answer(answer))
+    if match is None:
+        return None
+    return match["digits"].upper(), match["base"]
+
+
+def read_decimal_commas(pred: str, gold: str) -> tuple[str, str]:
+    """The pair with a decimal comma read as a point when the other answer is a decimal.
+
+    Alone, `1,22` is ambiguous (two numbers, or 1.22 in European notation); beside `1.22`
+    only the decimal reading makes sense. Answers that are not such numbers pass unchanged.
+    """
+    pred_text, gold_text = normalize_answer(pred), normalize_answer(gold)
+    if _DECIMAL_WITH_COMMA.match(pred_text) and _DECIMAL_WITH_POINT.match(gold_text):
+        return pred_text.replace(",", "."), gold
+    if _DECIMAL_WITH_COMMA.match(gold_text) and _DECIMAL_WITH_POINT.match(pred_text):
+        return pred, gold_text.replace(",", ".")
+    return pred, gold
+
+
+def verdict_without_parser(pred: str | None, gold: str | None) -> bool | None:
+    """The verdict when it needs no parser, else None (the pair needs the symbolic path)."""
+    if pred is None or gold is None:
+        return False
+    pred_numeral, gold_numeral = base_numeral(pred), base_numeral(gold)
+    if pred_numeral is not None or gold_numeral is not None:
+        return pred_numeral == gold_numeral
+    pred_integer, gold_integer = canonical_integer(pred), canonical_integer(gold)
+    if pred_integer is not None and gold_integer is not None:
+        return pred_integer == gold_integer
+    pred, gold = read_decimal_commas(pred, gold)
+    if normalize_answer(pred) == normalize_answer(gold):
+        return True
+    return None
