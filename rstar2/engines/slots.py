@@ -1,0 +1,207 @@
+"""The embedded engine's KV memory and the attention that reads it.
+
+Two kinds of KV live here:
+
+* ``PrefixBlock`` -- the keys/values of a token prefix shared by many sequences (the system
+  prompt every rollout starts with, or the prompt all 2G rollouts of a question share). It is
+  computed once and read by every sequence that starts with it, never copied.
+* ``SlotCache`` -- one slot per resident sequence holding the keys/values of everything after
+  its block. Active sequences occupy slots ``0..n-1`` so a decode step reads one contiguous
+  range; sequences write at their own positions, so sequences of any length share a batch.
+
+Attention for a batch is *cascade attention*: each query attends to its block and to its own
+slot separately, and the two partial results are merged exactly with their log-sum-exps. The
+block part is one dense matmul for all rows of a block instead of a per-row pass over the same
+keys, which is what makes long shared system prompts cheap to decode against.
+
+The model is unchanged: ``install(model)`` registers ``slot_attention`` as the model's
+attention implementation; it reads an ``AttentionPlan`` passed as the keyword ``kv_plan`` to
+the model's forward, and without one it is exactly SDPA, so the same model still serves
+ordinary forward passes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+ATTENTION_NAME = "rstar2_slots"
+
+
+@dataclass(eq=False)
+class PrefixBlock:
+    """Keys/values of ``tokens``, shared read-only by every sequence that starts with them."""
+
+    tokens: tuple[int, ...]
+    k: torch.Tensor  # [layers, kv_heads, len, head_dim]
+    v: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+class SlotCache:
+    """Per-sequence keys/values, ``[layers, slots, kv_heads, length, head_dim]``, grown on
+    demand (more slots, longer slots) by reallocating and copying."""
+
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype, device):
+        shape = (layers, 0, kv_heads, 0, head_dim)
+        self.k = torch.empty(shape, dtype=dtype, device=device)
+        self.v = torch.empty(shape, dtype=dtype, device=device)
+
+    @property
+    def slots(self) -> int:
+        return self.k.shape[1]
+
+    @property
+    def length(self) -> int:
+        return self.k.shape[3]
+
+    def reserve(self, slots: int, length: int) -> None:
+        """Make room for ``slots`` slots of ``length`` positions (growth is geometric so that
+        decoding one token at a time reallocates rarely)."""
+        if slots <= self.slots and length <= self.length:
+            return
+        new_slots = max(slots, self.slots)
+        new_length = self.length if length <= self.length else max(length, 2 * self.length, 256)
+        for name in ("k", "v"):
+            old = getattr(self, name)
+            new = old.new_zeros((old.shape[0], new_slots, old.shape[2], new_length, old.shape[4]))
+            new[:, : old.shape[1], :, : old.shape[3]] = old
+            setattr(self, name, new)
+
+    def swap(self, i: int, j: int, used: int) -> None:
+        """Exchange the first ``used`` positions of slots ``i`` and ``j``."""
+        if i == j or used == 0:
+            return
+        for t in (self.k, self.v):
+            held = t[:, i, :, :used].clone()
+            t[:, i, :, :used] = t[:, j, :, :used]
+            t[:, j, :, :used] = held
+
+    def copy(self, src: int, dst: int, used: int) -> None:
+        """Make slot ``dst`` hold the first ``used`` positions of slot ``src``."""
+        for t in (self.k, self.v):
+            t[:, dst, :, :used] = t[:, src, :, :used]
+
+    def clear(self) -> None:
+        self.k = self.k[:, :0, :, :0].clone()
+        self.v = self.v[:, :0, :, :0].clone()
+
+
+@dataclass(eq=False)
+class AttentionPlan:
+    """What one forward pass over ``n`` rows x ``T`` new tokens reads and writes.
+
+    Row ``r`` lives in slot ``first_slot + r`` of ``k``/``v`` (``[layers, slots, heads, L, d]``),
+    writes the key of its new token ``t`` at slot position ``write_pos[r, t]`` and lets that
+    token see its slot positions ``<= write_pos[r, t]`` plus all of its block. ``groups`` lists,
+    per block, the rows that read it (``None`` rows = all rows).
+    """
+
+    k: torch.Tensor
+    v: torch.Tensor
+    first_slot: int
+    write_pos: torch.Tensor  # [n, T] long
+    groups: list[tuple[PrefixBlock, torch.Tensor | None]]
+    mask: torch.Tensor | None = None  # additive [n, 1, T, L], built lazily in the model's dtype
+
+    def additive_mask(self, dtype) -> torch.Tensor:
+        if self.mask is None:
+            length = int(self.write_pos.max()) + 1
+            keys = torch.arange(length, device=self.write_pos.device)
+            visible = keys[None, None, :] <= self.write_pos[:, :, None]
+            mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
+            self.mask = mask.masked_fill_(~visible, float("-inf"))[:, None]
+        return self.mask
+
+
+def attend(q, k, v, mask, scale):
+    """Attention that also returns the log-sum-exp of the scores (for exact merging).
+
+    ``q`` ``[b, h, m, d]``, ``k``/``v`` ``[b, h, L, d]``, additive ``mask`` ``[b, 1, m, L]`` or
+    None; returns the output ``[b, h, m, d]`` and the log-sum-exp ``[b, h, m]`` (float32).
+    """
+    if q.device.type == "cpu":
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, attn_mask=mask, scale=scale
+        )
+        return out, lse
+    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
+    if mask is not None:
+        scores = scores + mask
+    lse = torch.logsumexp(scores, dim=-1)
+    probs = torch.exp(scores - lse[..., None])
+    return torch.matmul(probs, v.float()).to(q.dtype), lse
+
+
+def attend_block(q, block_k, block_v, scale):
+    """All rows of ``q`` (``[n, kv_heads, m, d]``) against one shared block, as one matmul per
+    KV head: rows are stacked along the query axis."""
+    n, kv_heads, m, d = q.shape
+    stacked = q.permute(1, 0, 2, 3).reshape(1, kv_heads, n * m, d)
+    out, lse = attend(stacked, block_k[None], block_v[None], None, scale)
+    out = out.view(kv_heads, n, m, d).permute(1, 0, 2, 3)
+    lse = lse.view(kv_heads, n, m).permute(1, 0, 2)
+    return out, lse
+
+
+def slot_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                   kv_plan: AttentionPlan | None = None, **kwargs):
+    """The model's attention: plain SDPA without a plan, cascade attention with one."""
+    if kv_plan is None:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+        )
+    plan, layer = kv_plan, module.layer_idx
+    n, heads, steps, d = query.shape
+    kv_heads = key.shape[1]
+    group = heads // kv_heads
+    scale = scaling if scaling is not None else d**-0.5
+
+    rows = torch.arange(plan.first_slot, plan.first_slot + n, device=query.device)
+    rows = rows[:, None].expand(n, steps)
+    plan.k[layer][rows, :, plan.write_pos] = key.transpose(1, 2).to(plan.k.dtype)
+    plan.v[layer][rows, :, plan.write_pos] = value.transpose(1, 2).to(plan.v.dtype)
+
+    mask = plan.additive_mask(query.dtype)
+    length = mask.shape[-1]
+    own_k = plan.k[layer][plan.first_slot : plan.first_slot + n, :, :length]
+    own_v = plan.v[layer][plan.first_slot : plan.first_slot + n, :, :length]
+    # Grouped-query attention without repeating keys: the query heads that share a KV head
+    # are stacked along the query axis (row g*T + t), and the mask is tiled to match.
+    packed = query.reshape(n, kv_heads, group * steps, d)
+    out, lse = attend(packed, own_k, own_v, mask.repeat(1, 1, group, 1), scale)
+    if plan.groups:
+        out, lse = merge_blocks(packed, out, lse, plan.groups, layer, scale)
+    out = out.reshape(n, heads, steps, d).transpose(1, 2)
+    return out, None
+
+
+def merge_blocks(packed, out, lse, groups, layer, scale):
+    """Combine each row's own-slot attention with its block's, weighting each part by its
+    share of the total softmax mass."""
+    for block, rows in groups:
+        q = packed if rows is None else packed[rows]
+        block_out, block_lse = attend_block(q, block.k[layer], block.v[layer], scale)
+        own_out = out if rows is None else out[rows]
+        own_lse = lse if rows is None else lse[rows]
+        total = torch.logaddexp(own_lse, block_lse)
+        merged = (own_out * torch.exp(own_lse - total)[..., None].to(out.dtype)
+                  + block_out * torch.exp(block_lse - total)[..., None].to(out.dtype))
+        if rows is None:
+            out, lse = merged, total
+        else:
+            out, lse = out.index_copy(0, rows, merged), lse.index_copy(0, rows, total)
+    return out, lse
+
+
+def install(model) -> None:
+    """Make ``model`` attend through ``slot_attention`` (SDPA when no plan is passed)."""
+    AttentionInterface.register(ATTENTION_NAME, slot_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION_NAME, sdpa_mask)
+    model.set_attn_implementation(ATTENTION_NAME)
