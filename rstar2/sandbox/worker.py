@@ -143,7 +143,12 @@ def print_snippet_traceback(exc: BaseException) -> None:
 
 
 def run_snippet(code: str, result_fd: int) -> int:
-    """Run the code as __main__ and return the process exit code; the last repr goes to result_fd."""
+    """Run the code as __main__ and return the process exit code.
+
+    The last act is the record on ``result_fd`` (last repr and exit code, one JSON line),
+    written after stdout and stderr are flushed and closed: once the worker has it, the call's
+    output is complete and it need not wait for the process to finish exiting.
+    """
     import linecache
 
     linecache.cache[SNIPPET_FILENAME] = (len(code), None, code.splitlines(True), SNIPPET_FILENAME)
@@ -175,7 +180,9 @@ def run_snippet(code: str, result_fd: int) -> int:
             stream.flush()
         except BaseException:  # noqa: BLE001 -- a closed stream must not hide the outcome
             pass
-    os.write(result_fd, json.dumps({"result": shown}).encode())
+    for fd in (0, 1, 2):
+        os.close(fd)
+    os.write(result_fd, json.dumps({"result": shown, "exit": exit_code}).encode() + b"\n")
     return exit_code
 
 
@@ -293,21 +300,38 @@ def reap_all(block: bool) -> None:
             return
 
 
-def status_of(wait_status: int | None, deadline_hit: bool) -> tuple[str, str]:
-    """Map how the child ended to an outcome and a note for stderr."""
-    if deadline_hit or wait_status is None:
+def finished_record(record: bytearray) -> dict | None:
+    """The runner's final record, if it was written completely."""
+    if not record.endswith(b"\n"):
+        return None
+    try:
+        finished = json.loads(record.decode())
+        return finished if isinstance(finished.get("exit"), int) else None
+    except (ValueError, AttributeError):
+        return None
+
+
+def outcome_of(wait_status: int | None, finished: dict | None) -> tuple[str, str]:
+    """Map how the call ended to an outcome and a note for stderr."""
+    if finished is not None:
+        code = finished["exit"]
+    elif wait_status is None:
         return "timeout", "[rstar2 sandbox: timed out; the call's processes were killed]\n"
-    if os.WIFSIGNALED(wait_status):
+    elif os.WIFSIGNALED(wait_status):
         sig = os.WTERMSIG(wait_status)
         if sig == signal.SIGXCPU:
             return "timeout", "[rstar2 sandbox: CPU time limit exceeded]\n"
         return "killed", f"[rstar2 sandbox: killed by signal {signal.Signals(sig).name}]\n"
-    code = os.waitstatus_to_exitcode(wait_status)
+    else:
+        code = os.waitstatus_to_exitcode(wait_status)
     return ("ok", "") if code == 0 else ("error", "" if code == EXIT_ERROR else f"[exit code {code}]\n")
 
 
-def supervise(pid: int, pipes: dict[int, CappedBuffer | bytearray], deadline: float):
-    """Drain the child's pipes until it exits or the deadline passes; return its wait status."""
+def supervise(pid: int, pipes: dict[int, CappedBuffer | bytearray], record: bytearray, deadline: float):
+    """Drain the child's pipes until its final record, its exit, or the deadline.
+
+    Returns the wait status if the child was reaped here, else None.
+    """
     selector = selectors.DefaultSelector()
     pidfd = os.pidfd_open(pid)
     selector.register(pidfd, selectors.EVENT_READ)
@@ -316,7 +340,7 @@ def supervise(pid: int, pipes: dict[int, CappedBuffer | bytearray], deadline: fl
         selector.register(fd, selectors.EVENT_READ)
     wait_status = None
     try:
-        while wait_status is None and (remaining := deadline - time.monotonic()) > 0:
+        while wait_status is None and not record.endswith(b"\n") and (remaining := deadline - time.monotonic()) > 0:
             for key, _ in selector.select(remaining):
                 if key.fd == pidfd:
                     wait_status = os.waitpid(pid, 0)[1]
@@ -391,33 +415,31 @@ def run_call(cfg: argparse.Namespace, request: dict) -> tuple[dict, list[int]]:
         os.close(fd)
     stdout, stderr, result = CappedBuffer(cfg.output_cap), CappedBuffer(cfg.output_cap), bytearray()
     pipes = {out_r: stdout, err_r: stderr, res_r: result}
-    wait_status = supervise(pid, pipes, started + request["timeout_s"])
+    wait_status = supervise(pid, pipes, result, started + request["timeout_s"])
     duration = time.monotonic() - started
-    if wait_status is None:  # deadline: stop the whole tree now, then collect what it wrote
+    finished = finished_record(result)
+    if wait_status is None and finished is None:  # deadline: stop the whole tree, collect its output
         kill_everything_else()
         drain_to_end(pipes, until=time.monotonic() + 1.0)
     else:
         for fd, sink in pipes.items():
             drain(fd, sink)
-    status, note = status_of(wait_status, wait_status is None)
+    status, note = outcome_of(wait_status, finished)
     return {
         "status": status,
         "stdout": stdout.text(),
         "stderr": stderr.text() + note,
-        "result": shown_value(result, cfg.output_cap) if status == "ok" else None,
+        "result": shown_value(finished, cfg.output_cap) if status == "ok" else None,
         "duration_s": round(duration, 6),
     }, list(pipes)
 
 
-def shown_value(record: bytearray, cap: int) -> str | None:
-    """The last-expression repr the runner reported, if it got to report."""
-    try:
-        shown = json.loads(record.decode())["result"]
-    except (ValueError, KeyError, TypeError):
-        return None  # the program ended itself (os._exit) before the runner could report
-    if shown is not None and len(shown) > cap:
-        shown = shown[:cap] + "\n[rstar2 sandbox: result truncated]"
-    return shown
+def shown_value(finished: dict | None, cap: int) -> str | None:
+    """The last-expression repr the runner reported (None if the program exited on its own)."""
+    shown = finished and finished.get("result")
+    if not isinstance(shown, str):
+        return None
+    return shown if len(shown) <= cap else shown[:cap] + "\n[rstar2 sandbox: result truncated]"
 
 
 def clean_up_after(cfg: argparse.Namespace, pipes: list[int]) -> None:
