@@ -1,0 +1,14 @@
+"""GRPO-RoC, the training algorithm of rStar2-Agent (report §2.2).
+
+Modules, each one idea:
+
+* ``config``       -- the run's configuration tree, YAML recipes and dotted overrides (no torch);
+* ``roc``          -- Resample-on-Correct: which of a prompt's 2G rollouts the update keeps (no torch);
+* ``advantage``    -- group-normalised advantages over the kept rollouts;
+* ``loss``         -- the clipped policy loss, token-level normalisation, loss mask, optional KL/entropy;
+* ``optim``        -- AdamW with linear warm-up then constant learning rate;
+* ``prompt_order`` -- the resumable order in which training prompts are drawn;
+* ``checkpoint``   -- atomic, resumable checkpoints.
+
+Nothing is re-exported here, so ``import rstar2.rl.config`` stays free of torch.
+"""

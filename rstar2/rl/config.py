@@ -1,0 +1,344 @@
+"""The configuration of an RL run: one tree of pydantic models, YAML recipes, dotted overrides.
+
+    config = load_config("recipes/qwen3-14b-stage1.yaml", ["rl.optimizer.lr=2e-6"])
+
+The tree is ``RunConfig`` with one section per component (``model``, ``data``, ``rollout``,
+``rl`` with its ``roc``/``loss``/``optimizer``/``init`` parts, ``checkpoint``, ``logging``); each
+component is handed only its own section. Every field carries its documentation as the
+docstring under it (also its pydantic ``description``). Defaults are the paper's values (§4.3),
+so a recipe states what differs and what a reader should see at a glance.
+
+Bad input raises ``ConfigError`` whose message names each bad field by its dotted path, e.g.
+``recipes/x.yaml: rl.roc.mode: must be one of 'paper', 'release', 'off' (got 'sort')``, and
+suggests the right path for a field put in the wrong place (``rl.lr`` -> ``rl.optimizer.lr``).
+Recipes and override values are read as YAML with YAML 1.2 booleans (only true/false), so
+``rl.roc.mode=off`` means the string 'off'. This module does not import torch.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import types
+import typing
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class RecipeLoader(yaml.SafeLoader):
+    """YAML with YAML 1.2 booleans: only true/false, so ``mode: off`` stays the string 'off'."""
+
+
+RecipeLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+RecipeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
+class ConfigError(ValueError):
+    """A recipe or override that does not describe a valid run; the message names the field."""
+
+
+class Section(BaseModel):
+    """Base of every config section: unknown keys are errors, field docstrings are descriptions."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class LoraConfig(Section):
+    rank: int = Field(16, ge=1)
+    """LoRA rank r of every adapted matrix."""
+    alpha: float = Field(32.0, gt=0)
+    """LoRA scaling numerator; the update is scaled by alpha / rank."""
+    dropout: float = Field(0.0, ge=0, lt=1)
+    """Dropout on the adapter input during training."""
+    target_modules: tuple[str, ...] = (
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+    )
+    """Names of the linear layers that get adapters (Llama/Qwen naming)."""
+
+
+class ModelConfig(Section):
+    path: str = "default"
+    """The policy's starting weights: 'default' (the embedded SmolLM2-135M-Instruct), a .gguf
+    file, or a local transformers model directory (see ``rstar2.engines.loading``)."""
+    dtype: Literal["float32", "bfloat16"] = "bfloat16"
+    """Dtype of the trained weights."""
+    lora: LoraConfig | None = None
+    """Train LoRA adapters instead of all weights (peft); null trains everything."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass to save memory (as the release does at 14B)."""
+
+
+class DataConfig(Section):
+    train: str
+    """JSONL file of training problems, one object per line with ``id``, ``problem`` and an
+    integer ``answer`` (the layout of ``../shared/data``)."""
+    keep_ids: str | None = None
+    """Optional text file with one problem id per line: only those problems are trained on.
+    Stage 3 uses it for the hard subset (problems not solved 8/8 by the stage-2 policy)."""
+    max_prompt_tokens: int = Field(2048, ge=1)
+    """Problems whose prompt is longer than this are skipped (release: 2048)."""
+
+
+class RolloutConfig(Section):
+    engine: Literal["embedded", "vllm"] = "embedded"
+    """What generates rollouts: the trainer's own transformers model ('embedded', CPU or one
+    GPU, colocated) or vLLM engines that receive the weights after each step."""
+    temperature: float = Field(1.0, gt=0)
+    """Sampling temperature of training rollouts (paper: 1.0)."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus mass of training rollouts (1 = off; the paper does not state one)."""
+    max_response_tokens: int = Field(8192, ge=1)
+    """Budget of all tokens after the prompt, tool responses included; a rollout that reaches it
+    is truncated and keeps reward 0 (no overlong filtering, §2.5)."""
+    max_turns: int = Field(10, ge=1)
+    """Most assistant turns per rollout (paper: 10 in stages 1-2, 15 in stage 3)."""
+    tool_timeout_s: float = Field(4.0, gt=0)
+    """Wall-clock limit of one tool call (release: 4 s)."""
+    sandbox_urls: tuple[str, ...] = ()
+    """Sandbox services to run tool calls on; empty starts a private local one."""
+    sandbox_workers: int = Field(2, ge=1)
+    """Worker processes of the private local sandbox (unused when ``sandbox_urls`` is set)."""
+
+
+class RocConfig(Section):
+    mode: Literal["paper", "release", "off"] = "paper"
+    """How G of 2G rollouts are kept: 'paper' (half the negatives uniformly, the rest positives
+    sampled with weight 1/(p_total + eps)); 'release' (the official code: proportional counts
+    with a floor per side, positives sorted by penalty, negatives in rollout order); 'off' (plain
+    GRPO: G rollouts are sampled and all kept)."""
+    penalty_epsilon: float = Field(0.1, gt=0)
+    """eps in the paper-mode weight 1/(p_total + eps), which is undefined at p_total = 0. At 0.1 a
+    flawless trace is 3.5x as likely per draw as one with a quarter of its calls failing, and the
+    weights stay within 1/2.1 .. 10, so selection prefers quality without becoming a sort."""
+    min_per_side: int = Field(2, ge=0)
+    """Release mode: at least this many positives and negatives are kept when available."""
+    drop_zero_variance: bool = True
+    """Drop groups whose kept rewards are all equal (no learning signal), as the release does;
+    they are counted in the step's metrics. The batch is not refilled."""
+
+
+class LossConfig(Section):
+    clip_low: float = Field(0.2, gt=0, lt=1)
+    """PPO ratio clip below 1: the ratio is clipped at 1 - clip_low."""
+    clip_high: float = Field(0.28, gt=0)
+    """PPO ratio clip above 1 (Clip-Higher): the ratio is clipped at 1 + clip_high."""
+    std_epsilon: float = Field(1e-6, gt=0)
+    """Added to the group's reward std in the advantage (r - mean) / (std + eps), as verl."""
+    kl_coef: float = Field(0.0, ge=0)
+    """Weight of a k3 KL penalty to the reference policy; 0 (the paper) skips the reference."""
+    entropy_coef: float = Field(0.0, ge=0)
+    """Weight of an entropy bonus; 0 in the paper (it risks runaway entropy)."""
+
+
+class OptimizerConfig(Section):
+    lr: float = Field(1e-6, gt=0)
+    """AdamW learning rate after warm-up; constant afterwards (paper: 1e-6)."""
+    warmup_steps: int = Field(20, ge=0)
+    """Linear warm-up length in rollout steps (paper: 20)."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW moment decay rates."""
+    eps: float = Field(1e-8, gt=0)
+    """AdamW denominator epsilon."""
+    weight_decay: float = Field(0.01, ge=0)
+    """AdamW decoupled weight decay (verl's default, which the release uses)."""
+    max_grad_norm: float = Field(1.0, gt=0)
+    """Gradients are clipped to this global L2 norm before each optimizer step."""
+
+
+class InitConfig(Section):
+    checkpoint: str | None = None
+    """Start from this checkpoint (a ``step_*`` directory, or a run's checkpoint directory whose
+    latest is taken), e.g. the previous stage's; null starts from ``model.path``."""
+    reset_optimizer: bool = False
+    """With ``checkpoint``: start AdamW and the warm-up afresh instead of continuing them
+    (stage 3 does)."""
+    reset_reference: bool = False
+    """With ``checkpoint``: the KL reference becomes the loaded policy instead of ``model.path``
+    (stage 3 does; only matters when ``loss.kl_coef`` > 0)."""
+
+
+class RLConfig(Section):
+    steps: int = Field(ge=1)
+    """Rollout steps to train (one optimizer update per step unless ``updates_per_step`` > 1)."""
+    prompts_per_step: int = Field(512, ge=1)
+    """Prompts drawn per step (paper: 512)."""
+    group_size: int = Field(16, ge=2)
+    """G, rollouts per prompt that enter the update; RoC samples 2G and keeps G (paper: 16)."""
+    updates_per_step: int = Field(1, ge=1)
+    """Optimizer updates per rollout batch (mini-batches); 1, as the release, is on-policy."""
+    micro_batch_tokens: int = Field(20480, ge=1)
+    """Most tokens per forward/backward pass; sequences are packed up to this (release: 20480)."""
+    roc: RocConfig = RocConfig()
+    """Resample-on-Correct."""
+    loss: LossConfig = LossConfig()
+    """The policy loss."""
+    optimizer: OptimizerConfig = OptimizerConfig()
+    """AdamW and its schedule."""
+    init: InitConfig = InitConfig()
+    """Where the policy starts (stage continuation)."""
+
+    @property
+    def rollouts_per_prompt(self) -> int:
+        """2G when RoC selects, G when it is off."""
+        return self.group_size if self.roc.mode == "off" else 2 * self.group_size
+
+    @model_validator(mode="after")
+    def release_floor_fits(self) -> RLConfig:
+        if self.roc.mode == "release" and self.group_size < 2 * self.roc.min_per_side:
+            raise ValueError(
+                f"group_size {self.group_size} cannot keep roc.min_per_side={self.roc.min_per_side} "
+                f"rollouts of each side in roc.mode 'release'; use group_size >= {2 * self.roc.min_per_side}"
+            )
+        if self.prompts_per_step % self.updates_per_step:
+            raise ValueError(
+                f"prompts_per_step {self.prompts_per_step} must split evenly into "
+                f"updates_per_step {self.updates_per_step}"
+            )
+        return self
+
+
+class CheckpointConfig(Section):
+    every_steps: int = Field(1, ge=1)
+    """Write a checkpoint after every this many steps (1 loses at most the current step)."""
+    keep_last: int = Field(2, ge=1)
+    """How many complete checkpoints to keep; older ones are deleted after a new one lands."""
+
+
+class LoggingConfig(Section):
+    rollouts_per_step: int = Field(4, ge=0)
+    """Prompt groups per step whose trajectories and RoC decisions go to rollouts/step_N.jsonl."""
+    tensorboard: bool = False
+    """Also write TensorBoard event files (needs the tensorboard package)."""
+    wandb_project: str | None = None
+    """Also log to this Weights & Biases project (needs wandb and a login)."""
+
+
+class RunConfig(Section):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    """Run name; everything the run writes goes to ``<runs_dir>/<name>/``."""
+    seed: int = 0
+    """Seeds the prompt order, rollout sampling and RoC draws."""
+    runs_dir: str = "runs"
+    """Parent directory of run folders."""
+    model: ModelConfig = ModelConfig()
+    """The policy model."""
+    data: DataConfig
+    """Training problems."""
+    rollout: RolloutConfig = RolloutConfig()
+    """How rollouts are generated."""
+    rl: RLConfig
+    """The GRPO-RoC algorithm, batch sizes and optimizer."""
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    """Checkpointing."""
+    logging: LoggingConfig = LoggingConfig()
+    """Metrics and rollout logs."""
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.runs_dir) / self.name
+
+
+def load_config(path: str | Path, overrides: Iterable[str] = ()) -> RunConfig:
+    """Read a YAML recipe, apply ``KEY=VALUE`` dotted overrides in order, validate."""
+    path = Path(path)
+    try:
+        tree = yaml.load(path.read_text(), Loader=RecipeLoader) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise ConfigError(f"{path}: cannot read recipe: {error}") from error
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{path}: a recipe is a mapping of sections, got {type(tree).__name__}")
+    for override in overrides:
+        apply_override(tree, override)
+    return validate_config(tree, source=str(path))
+
+
+def validate_config(tree: dict[str, Any], source: str = "config") -> RunConfig:
+    """Build a ``RunConfig`` or raise ``ConfigError`` listing every bad field."""
+    try:
+        return RunConfig.model_validate(tree)
+    except ValidationError as error:
+        lines = [describe_error(problem) for problem in error.errors()]
+        if len(lines) == 1:
+            raise ConfigError(f"{source}: {lines[0]}") from None
+        raise ConfigError(f"{source}: {len(lines)} problems:\n  " + "\n  ".join(lines)) from None
+
+
+def apply_override(tree: dict[str, Any], override: str) -> None:
+    """Set ``a.b.c=value`` in a raw recipe tree; the value is read as YAML (``1e-6``, ``true``,
+    ``[a, b]``, ``null``), and missing sections are created."""
+    key, sep, text = override.partition("=")
+    parts = key.strip().split(".")
+    if not sep or not all(parts):
+        raise ConfigError(f"--set {override!r}: expected KEY=VALUE with a dotted KEY")
+    node = tree
+    for depth, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {override!r}: {'.'.join(parts[:depth + 1])} is not a section")
+        node = child
+    node[parts[-1]] = yaml.load(text, Loader=RecipeLoader)
+
+
+def describe_error(problem: dict[str, Any]) -> str:
+    """One pydantic error as ``dotted.path: message (got value)``."""
+    loc = tuple(problem["loc"])
+    where = ".".join(str(part) for part in loc) or "(top level)"
+    kind = problem["type"]
+    if kind == "extra_forbidden":
+        return f"{where}: unknown field{suggestion(loc)}"
+    if kind == "missing":
+        return f"{where}: required field is missing"
+    if kind == "literal_error":
+        message = f"must be one of {', '.join(literal_options(problem['ctx']['expected']))}"
+    elif kind == "value_error" and isinstance(problem["input"], dict):
+        return f"{where}: {problem['ctx']['error']}"  # a section's own check; its message says it all
+    else:
+        message = problem["msg"][:1].lower() + problem["msg"][1:]
+    return f"{where}: {message} (got {problem['input']!r})"
+
+
+def literal_options(expected: str) -> list[str]:
+    """pydantic's "'a', 'b' or 'c'" as ['a', 'b', 'c']."""
+    return [part.strip() for part in expected.replace(" or ", ", ").split(",")]
+
+
+def suggestion(loc: Sequence[Any]) -> str:
+    """Where a misplaced or misspelled field probably belongs, as ' (did you mean ...?)'."""
+    name = str(loc[-1])
+    everywhere = list(field_paths(RunConfig))
+    same_name = [path for path in everywhere if path.rsplit(".", 1)[-1] == name]
+    parent = ".".join(str(part) for part in loc[:-1])
+    siblings = {path.rpartition(".")[2]: path for path in everywhere if path.rpartition(".")[0] == parent}
+    close = difflib.get_close_matches(name, list(siblings), n=2, cutoff=0.6)
+    candidates = same_name or [siblings[match] for match in close]
+    return f" (did you mean {' or '.join(candidates)}?)" if candidates else ""
+
+
+def field_paths(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
+    """Every dotted field path of a config tree, sections included."""
+    for name, field in model.model_fields.items():
+        path = f"{prefix}{name}"
+        yield path
+        section = section_type(field.annotation)
+        if section is not None:
+            yield from field_paths(section, path + ".")
+
+
+def section_type(annotation: Any) -> type[BaseModel] | None:
+    """The section model inside ``Section`` or ``Section | None``, else None."""
+    options = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
+    for option in options:
+        if isinstance(option, type) and issubclass(option, BaseModel):
+            return option
+    return None

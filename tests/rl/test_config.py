@@ -1,0 +1,138 @@
+"""Run config: the shipped recipes, clear errors naming the bad field, dotted overrides."""
+
+from pathlib import Path
+
+import pytest
+
+from rstar2.rl.config import ConfigError, RunConfig, Section, field_paths, load_config, section_type
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+STAGES = [RECIPES / f"qwen3-14b-stage{n}.yaml" for n in (1, 2, 3)]
+
+
+@pytest.fixture
+def demo_recipe() -> Path:
+    return RECIPES / "cpu-demo.yaml"
+
+
+@pytest.mark.parametrize("path", sorted(RECIPES.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_recipe_validates_and_opens_with_a_comment(path):
+    config = load_config(path)
+    assert config.name == path.stem
+    assert path.read_text().startswith("# ")
+
+
+def test_paper_hyperparameters_in_every_stage():
+    for path in STAGES:
+        config = load_config(path)
+        assert config.rl.prompts_per_step == 512
+        assert (config.rl.rollouts_per_prompt, config.rl.group_size) == (32, 16)
+        assert config.rl.roc.mode == "paper"
+        assert config.rl.optimizer.lr == 1e-6 and config.rl.optimizer.warmup_steps == 20
+        assert (config.rl.loss.clip_low, config.rl.loss.clip_high) == (0.2, 0.28)
+        assert config.rl.loss.kl_coef == 0 and config.rl.loss.entropy_coef == 0
+        assert config.rollout.temperature == 1.0
+
+
+def test_stages_differ_as_in_the_paper():
+    one, two, three = (load_config(path) for path in STAGES)
+    assert [c.rollout.max_response_tokens for c in (one, two, three)] == [8192, 12288, 12288]
+    assert [c.rollout.max_turns for c in (one, two, three)] == [10, 10, 15]
+    assert [c.rl.steps for c in (one, two, three)] == [300, 85, 125]
+    assert one.rl.init.checkpoint is None and one.data.keep_ids is None
+    assert two.rl.init.checkpoint == "runs/qwen3-14b-stage1/checkpoints"
+    assert not two.rl.init.reset_optimizer and not two.rl.init.reset_reference
+    assert three.rl.init.checkpoint == "runs/qwen3-14b-stage2/checkpoints"
+    assert three.rl.init.reset_optimizer and three.rl.init.reset_reference
+    assert three.data.keep_ids is not None and three.data.train == one.data.train
+
+
+def test_every_field_is_documented():
+    def sections(model):
+        yield model
+        for field in model.model_fields.values():
+            inner = section_type(field.annotation)
+            if inner is not None:
+                yield from sections(inner)
+
+    for model in sections(RunConfig):
+        assert issubclass(model, Section)
+        for name, field in model.model_fields.items():
+            assert field.description, f"{model.__name__}.{name} has no docstring"
+
+
+def test_overrides_apply_in_order_and_parse_values(demo_recipe):
+    config = load_config(
+        demo_recipe,
+        ["rl.optimizer.lr=2e-6", "rl.roc.mode=off", "rollout.sandbox_urls=[http://a:1, http://b:2]",
+         "model.lora.rank=8", "logging.wandb_project=null", "rl.optimizer.lr=3e-6",
+         "rl.roc.drop_zero_variance=false"],
+    )
+    assert config.rl.optimizer.lr == 3e-6
+    # YAML 1.1 would read `off` as False; recipes use YAML 1.2 booleans (true/false only)
+    assert config.rl.roc.mode == "off" and config.rl.rollouts_per_prompt == config.rl.group_size
+    assert config.rl.roc.drop_zero_variance is False
+    assert config.rollout.sandbox_urls == ("http://a:1", "http://b:2")
+    assert config.model.lora is not None and config.model.lora.rank == 8
+    assert config.model.lora.alpha == 32.0  # the rest of a section created by --set keeps defaults
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("rl.roc.mode=sort", "rl.roc.mode: must be one of 'paper', 'release', 'off' (got 'sort')"),
+        ("rl.lr=1e-6", "rl.lr: unknown field (did you mean rl.optimizer.lr?)"),
+        ("rl.optimizer.warmup=3", "rl.optimizer.warmup: unknown field (did you mean rl.optimizer.warmup_steps?)"),
+        ("rollout.temperature=0", "rollout.temperature: input should be greater than 0 (got 0)"),
+        ("rl.group_size=1", "rl.group_size: input should be greater than or equal to 2 (got 1)"),
+        ("rl.loss.clip_low=1.5", "rl.loss.clip_low: input should be less than 1 (got 1.5)"),
+        ("name=a b", "name: string should match pattern"),
+        ("rl.steps.x=1", "rl.steps is not a section"),
+        ("novalue", "expected KEY=VALUE"),
+    ],
+)
+def test_errors_name_the_bad_field(demo_recipe, override, message):
+    with pytest.raises(ConfigError) as error:
+        load_config(demo_recipe, [override])
+    assert message in str(error.value)
+
+
+def test_section_checks_name_their_fields(demo_recipe):
+    with pytest.raises(ConfigError, match=r"rl: group_size 3 .* roc.min_per_side=2 .* group_size >= 4"):
+        load_config(demo_recipe, ["rl.roc.mode=release", "rl.group_size=3"])
+    with pytest.raises(ConfigError, match="prompts_per_step 5 must split evenly into updates_per_step 2"):
+        load_config(demo_recipe, ["rl.prompts_per_step=5", "rl.updates_per_step=2"])
+
+
+def test_all_problems_are_reported_at_once(demo_recipe):
+    with pytest.raises(ConfigError) as error:
+        load_config(demo_recipe, ["rl.steps=0", "rollout.top_p=2"])
+    text = str(error.value)
+    assert text.startswith(f"{demo_recipe}: 2 problems:")
+    assert "rl.steps:" in text and "rollout.top_p:" in text
+
+
+def test_missing_required_sections_and_unreadable_files(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("name: x\n")
+    with pytest.raises(ConfigError) as error:
+        load_config(recipe)
+    assert "data: required field is missing" in str(error.value)
+    assert "rl: required field is missing" in str(error.value)
+    recipe.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="a recipe is a mapping"):
+        load_config(recipe)
+    with pytest.raises(ConfigError, match="cannot read recipe"):
+        load_config(tmp_path / "absent.yaml")
+
+
+def test_field_paths_cover_nested_and_optional_sections():
+    paths = set(field_paths(RunConfig))
+    assert {"rl.optimizer.lr", "rl.roc.penalty_epsilon", "model.lora.rank", "checkpoint.keep_last"} <= paths
+
+
+def test_configs_are_immutable(demo_recipe):
+    config = load_config(demo_recipe)
+    with pytest.raises(Exception):
+        config.rl.optimizer.lr = 1.0
+    assert config.run_dir == Path("runs/cpu-demo")

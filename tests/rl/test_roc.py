@@ -1,0 +1,295 @@
+"""Resample-on-Correct: penalties, keep counts, sampling distributions, zero variance, switches."""
+
+import itertools
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from rstar2.rl.config import RocConfig
+from rstar2.rl.roc import (
+    GroupDecision,
+    RolloutSummary,
+    decision_counts,
+    format_penalty,
+    paper_keep_counts,
+    release_keep_counts,
+    select_group,
+    tool_error_ratio,
+    total_penalty,
+)
+
+PAPER = RocConfig(mode="paper")
+PAPER_KEEP_ALL = RocConfig(mode="paper", drop_zero_variance=False)
+RELEASE = RocConfig(mode="release")
+RELEASE_KEEP_ALL = RocConfig(mode="release", drop_zero_variance=False)
+
+
+def rollout(reward, calls=2, errors=0, answers=1, turns=3):
+    return RolloutSummary(reward=reward, tool_calls=calls, tool_errors=errors, answer_blocks=answers, turns=turns)
+
+
+def group(positives, negatives, **facts):
+    """Positives first, then negatives, all with the same facts."""
+    return [rollout(1.0, **facts)] * positives + [rollout(0.0, **facts)] * negatives
+
+
+def kept_sides(decision, rollouts):
+    pos = sum(rollouts[i].reward == 1.0 for i in decision.kept)
+    return pos, len(decision.kept) - pos
+
+
+# --- penalties -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("calls", "errors", "expected"),
+    [(0, 0, 0.5), (4, 0, 0.0), (4, 1, 0.25), (3, 3, 1.0), (5, 2, 0.4)],
+)
+def test_tool_error_ratio(calls, errors, expected):
+    assert tool_error_ratio(rollout(1.0, calls=calls, errors=errors)) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("answers", "turns", "expected"),
+    [
+        (0, 1, 1.0),  # no <answer> at all
+        (0, 7, 1.0),
+        (1, 1, 0.0),  # exactly one answer: no penalty, however many turns
+        (1, 9, 0.0),
+        (2, 4, 0.25),  # one surplus answer over four turns
+        (3, 4, 0.5),
+        (5, 2, 1.0),  # (5 - 1) / 2 = 2, capped at 1
+    ],
+)
+def test_format_penalty(answers, turns, expected):
+    assert format_penalty(rollout(1.0, answers=answers, turns=turns)) == pytest.approx(expected)
+
+
+def test_total_penalty_adds_both():
+    # no tool calls (0.5) and two answers in two turns (0.5)
+    assert total_penalty(rollout(1.0, calls=0, answers=2, turns=2)) == pytest.approx(1.0)
+    # the worst case: every call failed and no answer
+    assert total_penalty(rollout(0.0, calls=3, errors=3, answers=0)) == pytest.approx(2.0)
+
+
+def test_any_object_with_the_five_facts_is_accepted():
+    loose = [SimpleNamespace(reward=r, tool_calls=1, tool_errors=0, answer_blocks=1, turns=2) for r in (1.0, 0.0) * 2]
+    decision = select_group(loose, PAPER, np.random.default_rng(0))
+    assert len(decision.kept) == 2 and decision.dropped is None
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (rollout(0.5), "binary"),
+        (rollout(1.0, calls=1, errors=2), "tool_errors"),
+        (rollout(1.0, turns=0), "turn"),
+    ],
+)
+def test_uninterpretable_rollouts_are_rejected(bad, message):
+    with pytest.raises(ValueError, match=message):
+        select_group([bad, rollout(0.0)], PAPER, np.random.default_rng(0))
+
+
+def test_roc_needs_an_even_group():
+    with pytest.raises(ValueError, match="odd"):
+        select_group(group(2, 1), PAPER, np.random.default_rng(0))
+
+
+# --- keep counts -----------------------------------------------------------------------------
+
+# 2G = 8, G = 4: (kept positives, kept negatives) for |O_pos| = 0..8.
+PAPER_COUNTS_2G8 = [(0, 4), (1, 3), (1, 3), (2, 2), (2, 2), (3, 1), (3, 1), (4, 0), (4, 0)]
+RELEASE_COUNTS_2G8 = [(0, 4), (1, 3), (2, 2), (2, 2), (2, 2), (2, 2), (2, 2), (3, 1), (4, 0)]
+
+
+@pytest.mark.parametrize("positives", range(9))
+def test_paper_keep_counts_for_every_split_of_eight(positives):
+    rollouts = group(positives, 8 - positives)
+    decision = select_group(rollouts, PAPER_KEEP_ALL, np.random.default_rng(positives))
+    assert kept_sides(decision, rollouts) == PAPER_COUNTS_2G8[positives]
+
+
+@pytest.mark.parametrize("size", [2, 4, 6, 10, 12, 32])
+def test_paper_keeps_half_the_negatives_and_the_rest_positives(size):
+    for positives in range(size + 1):
+        negatives = size - positives
+        kept_pos, kept_neg = paper_keep_counts(positives, negatives)
+        assert kept_neg == negatives // 2
+        assert kept_pos == math.ceil(positives / 2)
+        assert kept_pos + kept_neg == size // 2
+
+
+@pytest.mark.parametrize("positives", range(9))
+def test_release_keep_counts_for_every_split_of_eight(positives):
+    rollouts = group(positives, 8 - positives)
+    decision = select_group(rollouts, RELEASE_KEEP_ALL, np.random.default_rng(0))
+    assert kept_sides(decision, rollouts) == RELEASE_COUNTS_2G8[positives]
+
+
+def release_counts_as_written(zero, non_zero, down_sample_to_n, minimum=2):
+    """The release's count arithmetic, transcribed from microsoft/rStar
+    rstar2_agent/down_sample/roc.py (resample_of_correct), as the oracle."""
+    total = zero + non_zero
+    zero_num = round(zero * down_sample_to_n / total)
+    non_zero_num = round(non_zero * down_sample_to_n / total)
+    if zero_num <= min(minimum, zero):
+        zero_num = min(minimum, zero)
+        non_zero_num = down_sample_to_n - zero_num
+    if non_zero_num <= min(minimum, non_zero):
+        non_zero_num = min(minimum, non_zero)
+        zero_num = down_sample_to_n - non_zero_num
+    return non_zero_num, zero_num
+
+
+@pytest.mark.parametrize("size", [8, 12, 16, 32])
+def test_release_counts_match_the_official_code_for_even_g(size):
+    for positives in range(size + 1):
+        ours = release_keep_counts(positives, size - positives, floor=2)
+        assert ours == release_counts_as_written(size - positives, positives, size // 2), positives
+
+
+@pytest.mark.parametrize("size", [10, 14, 18])
+def test_release_variant_keeps_exactly_g_for_odd_g(size):
+    for positives in range(size + 1):
+        kept_pos, kept_neg = release_keep_counts(positives, size - positives, floor=2)
+        assert kept_pos + kept_neg == size // 2
+        assert 0 <= kept_pos <= positives and 0 <= kept_neg <= size - positives
+        assert kept_pos >= min(2, positives) and kept_neg >= min(2, size - positives)
+
+
+# --- which rollouts ----------------------------------------------------------------------------
+
+
+def test_paper_negatives_are_uniform_whatever_their_penalties():
+    # 2 positives, 6 negatives with very different penalties; 3 negatives are kept.
+    negatives = [rollout(0.0, calls=c, errors=e, answers=a) for c, e, a in
+                 [(4, 0, 1), (4, 4, 0), (0, 0, 0), (2, 1, 1), (1, 0, 3), (3, 3, 1)]]
+    rollouts = [rollout(1.0), rollout(1.0)] + negatives
+    rng = np.random.default_rng(7)
+    subsets = {}
+    draws = 6000
+    for _ in range(draws):
+        kept = tuple(i for i in select_group(rollouts, PAPER, rng).kept if i >= 2)
+        subsets[kept] = subsets.get(kept, 0) + 1
+    assert len(subsets) == math.comb(6, 3)  # every 3-subset occurs
+    expected = draws / math.comb(6, 3)
+    chi_square = sum((count - expected) ** 2 / expected for count in subsets.values())
+    assert chi_square < 45  # 19 degrees of freedom; p ~ 0.0007 under uniformity
+    inclusion = [sum(c for s, c in subsets.items() if i in s) / draws for i in range(2, 8)]
+    assert max(abs(p - 0.5) for p in inclusion) < 0.03
+
+
+def successive_inclusion(weights, k):
+    """Exact inclusion probabilities when drawing k items one at a time ∝ weight without
+    replacement (enumerating every ordered draw)."""
+    inclusion = [0.0] * len(weights)
+    for order in itertools.permutations(range(len(weights)), k):
+        probability, left = 1.0, sum(weights)
+        for i in order:
+            probability *= weights[i] / left
+            left -= weights[i]
+        for i in order:
+            inclusion[i] += probability
+    return inclusion
+
+
+def test_paper_prefers_low_penalty_positives_in_proportion_to_inverse_penalty():
+    # 4 positives with p_total 0, 0.25, 0.5, 1.0; 4 negatives -> 2 of the 4 positives are kept.
+    positives = [rollout(1.0, calls=4, errors=0), rollout(1.0, calls=4, errors=1),
+                 rollout(1.0, calls=0), rollout(1.0, calls=4, errors=2, answers=3, turns=4)]
+    penalties = [total_penalty(r) for r in positives]
+    assert penalties == pytest.approx([0.0, 0.25, 0.5, 1.0])
+    rollouts = positives + group(0, 4)
+    config = RocConfig(mode="paper", penalty_epsilon=0.1)
+    rng = np.random.default_rng(11)
+    draws = 8000
+    counts = [0] * 4
+    for _ in range(draws):
+        for i in select_group(rollouts, config, rng).kept:
+            if i < 4:
+                counts[i] += 1
+    measured = [c / draws for c in counts]
+    expected = successive_inclusion([1 / (p + 0.1) for p in penalties], 2)
+    assert measured == pytest.approx(expected, abs=0.02)
+    assert measured[0] > measured[1] > measured[2] > measured[3]
+    assert measured[3] > 0.05  # a preference, not a sort: the worst trace still survives sometimes
+
+
+def test_paper_single_draw_matches_the_weight_ratio():
+    # 2 positives (p_total 0 and 0.5), 6 negatives: one positive is kept.
+    rollouts = [rollout(1.0, calls=3), rollout(1.0, calls=0)] + group(0, 6)
+    rng = np.random.default_rng(3)
+    first = sum(0 in select_group(rollouts, PAPER, rng).kept for _ in range(4000)) / 4000
+    assert first == pytest.approx((1 / 0.1) / (1 / 0.1 + 1 / 0.6), abs=0.02)  # 0.857
+
+
+def test_release_keeps_lowest_penalty_positives_and_first_negatives_deterministically():
+    rollouts = [
+        rollout(0.0, calls=4, errors=4, answers=0),  # 0: negative, worst penalty
+        rollout(1.0, calls=4, errors=2),  # 1: p = 0.5
+        rollout(1.0, calls=4, errors=0),  # 2: p = 0
+        rollout(0.0, calls=4, errors=0),  # 3: negative, best penalty
+        rollout(1.0, calls=4, errors=1),  # 4: p = 0.25
+        rollout(1.0, calls=4, errors=0),  # 5: p = 0, a tie with 2
+        rollout(0.0, calls=0),  # 6: negative
+        rollout(1.0, calls=0, answers=0),  # 7: p = 1.5
+    ]
+    decisions = {select_group(rollouts, RELEASE, np.random.default_rng(seed)).kept for seed in range(20)}
+    # 5 positives, 3 negatives: round(1.5) = 2 negatives, 2 positives.
+    # Positives by penalty: 2 and 5 (tie kept in rollout order). Negatives: the first two, 0 and 3,
+    # not the lowest-penalty ones (the release dropped penalty order for negatives, PR #50).
+    assert decisions == {(0, 2, 3, 5)}
+
+
+def test_off_keeps_every_rollout():
+    rollouts = group(1, 3)
+    assert select_group(rollouts, RocConfig(mode="off"), np.random.default_rng(0)).kept == (0, 1, 2, 3)
+    odd = group(2, 1)  # with RoC off the group is G, which may be odd
+    assert select_group(odd, RocConfig(mode="off"), np.random.default_rng(0)).kept == (0, 1, 2)
+
+
+# --- zero variance -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["paper", "release", "off"])
+@pytest.mark.parametrize("reward", [0.0, 1.0])
+def test_uniform_groups_are_dropped_in_every_mode(mode, reward):
+    rollouts = [rollout(reward)] * 8
+    decision = select_group(rollouts, RocConfig(mode=mode), np.random.default_rng(0))
+    assert decision == GroupDecision((), tuple(total_penalty(r) for r in rollouts), "uniform_rewards")
+
+
+def test_paper_group_with_one_negative_becomes_uniform_and_is_dropped():
+    decision = select_group(group(7, 1), PAPER, np.random.default_rng(0))
+    assert decision.kept == () and decision.dropped == "uniform_after_selection"
+    # the release's floor keeps that negative instead
+    release = select_group(group(7, 1), RELEASE, np.random.default_rng(0))
+    assert release.dropped is None and 7 in release.kept
+
+
+def test_uniform_groups_are_kept_when_dropping_is_off():
+    decision = select_group(group(8, 0), PAPER_KEEP_ALL, np.random.default_rng(0))
+    assert len(decision.kept) == 4 and decision.dropped is None
+
+
+def test_decision_counts():
+    rng = np.random.default_rng(0)
+    decisions = [select_group(g, PAPER, rng) for g in (group(8, 0), group(0, 8), group(7, 1), group(4, 4))]
+    assert decision_counts(decisions) == {
+        "roc/groups": 4.0,
+        "roc/groups_used": 1.0,
+        "roc/dropped_uniform_rewards": 2.0,
+        "roc/dropped_uniform_after_selection": 1.0,
+        "roc/dropped_share": 0.75,
+    }
+
+
+def test_same_seed_same_decisions():
+    rollouts = [rollout(float(i % 3 == 0), calls=i % 4, errors=min(i % 4, i % 2)) for i in range(32)]
+    first = [select_group(rollouts, PAPER, np.random.default_rng(5)).kept for _ in range(3)]
+    assert first[0] == first[1] == first[2]
+    others = {select_group(rollouts, PAPER, np.random.default_rng(seed)).kept for seed in range(10)}
+    assert len(others) > 1
