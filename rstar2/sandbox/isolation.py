@@ -103,6 +103,9 @@ def bwrap_command(limits: WorkerLimits) -> list[str]:
     for name, value in WORKER_ENV.items():
         args += ["--setenv", name, value]
     args += system_mounts()
+    # The private /tmp first: a Python installed under /tmp (a venv in a CI checkout) is then
+    # mounted on top of it rather than hidden by it.
+    args += ["--size", str(limits.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"]
     python = python_paths()
     for parent in ancestors(python + [WORKER_PATH_INSIDE]):
         args += ["--perms", "0755", "--dir", parent]  # bwrap would make them 0700: untraversable
@@ -110,7 +113,6 @@ def bwrap_command(limits: WorkerLimits) -> list[str]:
         args += ["--ro-bind", path, path]
     args += ["--ro-bind", str(WORKER_SCRIPT), WORKER_PATH_INSIDE]
     args += ["--proc", "/proc", "--dev", "/dev"]
-    args += ["--size", str(limits.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"]
     args += ["--chdir", "/tmp"]
     if os.geteuid() == 0:
         args += ["--cap-drop", "ALL"]

@@ -373,8 +373,12 @@ def drain_to_end(pipes: dict, until: float) -> None:
             time.sleep(0.001)
 
 
-def wipe_contents(directory: str) -> None:
-    """Delete everything a call left in the private tmp, even what it made unreadable."""
+def wipe_contents(directory: str, keep: frozenset[str] = frozenset()) -> None:
+    """Delete everything a call left in the private tmp, even what it made unreadable.
+
+    ``keep`` names the entries that were there before any call: mount points of a Python
+    installed under /tmp, which are read-only.
+    """
 
     def make_writable_and_retry(function, path, _exc):
         os.chmod(os.path.dirname(path), 0o700)
@@ -383,6 +387,8 @@ def wipe_contents(directory: str) -> None:
         function(path)
 
     for entry in os.scandir(directory):
+        if entry.name in keep:
+            continue
         if entry.is_dir(follow_symlinks=False):
             shutil.rmtree(entry.path, onerror=make_writable_and_retry)
         else:
@@ -447,7 +453,7 @@ def clean_up_after(cfg: argparse.Namespace, pipes: list[int]) -> None:
     kill_everything_else()
     for fd in pipes:
         os.close(fd)
-    wipe_contents(cfg.tmp_root)
+    wipe_contents(cfg.tmp_root, cfg.tmp_keep)
 
 
 # ---------------------------------------------------------------- protocol with the service
@@ -494,6 +500,7 @@ def main(argv: list[str]) -> None:
     if os.getpid() != 1:
         libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of a call come back to us
     cfg.tmp_root = "/tmp" if os.getpid() == 1 else tempfile.mkdtemp(prefix="rstar2-sandbox-")
+    cfg.tmp_keep = frozenset(os.listdir(cfg.tmp_root))
     keep_heap_in_huge_pages()
     warm_up()
     gc.freeze()  # a collection in a call would touch, and so copy, every inherited object
