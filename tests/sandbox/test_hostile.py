@@ -44,8 +44,10 @@ def test_hostile_program_is_contained(sandbox_url, name):
     r = run(sandbox_url, HOSTILE[name], timeout_s=2.0)
     assert time.monotonic() - started < 2.0 + 3.0  # answered within deadline + grace
     assert r.status in {"ok", "error", "timeout", "killed"}
-    if name in ("memory bomb", "one huge allocation"):
+    if name == "one huge allocation":
         assert r.status == "error" and "MemoryError" in r.stderr, r
+    if name == "memory bomb":  # filling 1 GiB page by page may outlast the deadline on a busy machine
+        assert (r.status == "error" and "MemoryError" in r.stderr) or r.status == "timeout", r
     if name == "infinite output":
         assert r.status == "timeout" and "output truncated" in r.stdout and len(r.stdout) < 70_000
     if name == "setsid escape":
