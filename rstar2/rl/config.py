@@ -196,7 +196,8 @@ class RLConfig(Section):
         if self.roc.mode == "release" and self.group_size < 2 * self.roc.min_per_side:
             raise ValueError(
                 f"group_size {self.group_size} cannot keep roc.min_per_side={self.roc.min_per_side} "
-                f"rollouts of each side in roc.mode 'release'; use group_size >= {2 * self.roc.min_per_side}"
+                f"rollouts of each side in roc.mode 'release'; "
+                f"use group_size >= {2 * self.roc.min_per_side}"
             )
         if self.prompts_per_step % self.updates_per_step:
             raise ValueError(
@@ -319,7 +320,9 @@ def suggestion(loc: Sequence[Any]) -> str:
     everywhere = list(field_paths(RunConfig))
     same_name = [path for path in everywhere if path.rsplit(".", 1)[-1] == name]
     parent = ".".join(str(part) for part in loc[:-1])
-    siblings = {path.rpartition(".")[2]: path for path in everywhere if path.rpartition(".")[0] == parent}
+    siblings = {
+        path.rpartition(".")[2]: path for path in everywhere if path.rpartition(".")[0] == parent
+    }
     close = difflib.get_close_matches(name, list(siblings), n=2, cutoff=0.6)
     candidates = same_name or [siblings[match] for match in close]
     return f" (did you mean {' or '.join(candidates)}?)" if candidates else ""

@@ -51,7 +51,8 @@ class LossStats:
         def add(a: float | None, b: float | None) -> float | None:
             return None if a is None and b is None else (a or 0.0) + (b or 0.0)
 
-        return LossStats(**{f.name: add(getattr(self, f.name), getattr(other, f.name)) for f in fields(self)})
+        sums = {f.name: add(getattr(self, f.name), getattr(other, f.name)) for f in fields(self)}
+        return LossStats(**sums)
 
     def summary(self) -> dict[str, float]:
         """Token means: policy loss, clip fractions (low = ratio under 1 - clip_low with A < 0,

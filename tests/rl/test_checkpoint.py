@@ -33,7 +33,9 @@ class Tiny(torch.nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.3), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(8, 16), torch.nn.Dropout(0.3), torch.nn.Tanh(), torch.nn.Linear(16, 1)
+        )
 
     def forward(self, x):
         return self.net(x)
@@ -139,7 +141,8 @@ def test_lora_checkpoints_hold_only_the_adapter(tmp_path):
         torch.manual_seed(0)
         base = tiny_llama(tie=False)
         torch.manual_seed(seed)
-        return get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+        lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+        return get_peft_model(base, lora)
 
     trained = lora_model(seed=1)
     optimizer, scheduler = make_training(trained)

@@ -82,7 +82,8 @@ def test_overrides_apply_in_order_and_parse_values(demo_recipe):
     [
         ("rl.roc.mode=sort", "rl.roc.mode: must be one of 'paper', 'release', 'off' (got 'sort')"),
         ("rl.lr=1e-6", "rl.lr: unknown field (did you mean rl.optimizer.lr?)"),
-        ("rl.optimizer.warmup=3", "rl.optimizer.warmup: unknown field (did you mean rl.optimizer.warmup_steps?)"),
+        ("rl.optimizer.warmup=3",
+         "rl.optimizer.warmup: unknown field (did you mean rl.optimizer.warmup_steps?)"),
         ("rollout.temperature=0", "rollout.temperature: input should be greater than 0 (got 0)"),
         ("rl.group_size=1", "rl.group_size: input should be greater than or equal to 2 (got 1)"),
         ("rl.loss.clip_low=1.5", "rl.loss.clip_low: input should be less than 1 (got 1.5)"),

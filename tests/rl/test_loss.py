@@ -165,5 +165,6 @@ def test_token_logprobs_and_entropy_follow_the_temperature_convention():
     targets = torch.randint(0, 11, (2, 5))
     for temperature in (1.0, 0.7):
         reference = torch.distributions.Categorical(logits=logits / temperature)
-        assert torch.allclose(token_logprobs(logits, targets, temperature), reference.log_prob(targets), atol=1e-6)
+        logprobs = token_logprobs(logits, targets, temperature)
+        assert torch.allclose(logprobs, reference.log_prob(targets), atol=1e-6)
         assert torch.allclose(token_entropy(logits, temperature), reference.entropy(), atol=1e-6)

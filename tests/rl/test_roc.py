@@ -27,7 +27,9 @@ RELEASE_KEEP_ALL = RocConfig(mode="release", drop_zero_variance=False)
 
 
 def rollout(reward, calls=2, errors=0, answers=1, turns=3):
-    return RolloutSummary(reward=reward, tool_calls=calls, tool_errors=errors, answer_blocks=answers, turns=turns)
+    return RolloutSummary(
+        reward=reward, tool_calls=calls, tool_errors=errors, answer_blocks=answers, turns=turns
+    )
 
 
 def group(positives, negatives, **facts):
@@ -75,7 +77,8 @@ def test_total_penalty_adds_both():
 
 
 def test_any_object_with_the_five_facts_is_accepted():
-    loose = [SimpleNamespace(reward=r, tool_calls=1, tool_errors=0, answer_blocks=1, turns=2) for r in (1.0, 0.0) * 2]
+    loose = [SimpleNamespace(reward=r, tool_calls=1, tool_errors=0, answer_blocks=1, turns=2)
+             for r in (1.0, 0.0) * 2]
     decision = select_group(loose, PAPER, np.random.default_rng(0))
     assert len(decision.kept) == 2 and decision.dropped is None
 
