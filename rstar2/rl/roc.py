@@ -29,6 +29,9 @@ Rewards are binary (1 = correct). With O_pos / O_neg the positive / negative rol
 Zero variance: with ``drop_zero_variance`` a group whose rewards are all equal is dropped before
 selection (``"uniform_rewards"``); in paper mode a group with a single negative keeps no negative
 (⌊1/2⌋ = 0), so its kept rewards are all 1 and it is dropped too (``"uniform_after_selection"``).
+
+For the step's metrics: ``decision_counts`` (groups used and dropped) and ``rollout_metrics``
+(tool calls, failed-call shares overall and inside correct rollouts, mean penalties).
 """
 
 from __future__ import annotations
@@ -208,3 +211,24 @@ def decision_counts(decisions: Sequence[GroupDecision]) -> dict[str, float]:
         "roc/dropped_uniform_after_selection": float(reasons["uniform_after_selection"]),
         "roc/dropped_share": dropped / len(decisions) if decisions else 0.0,
     }
+
+
+def rollout_metrics(rollouts: Sequence[RolloutFacts]) -> dict[str, float]:
+    """The step's tool and penalty metrics over the rollouts given (the sampled ones, before
+    selection, for the report's Fig. 4): calls per rollout, the share of failed calls overall and
+    inside correct rollouts (the quantity RoC drives down), and mean p_err / p_format."""
+    positives = [r for r in rollouts if r.reward == 1.0]
+    n = max(len(rollouts), 1)
+    return {
+        "tools/calls_per_rollout": sum(r.tool_calls for r in rollouts) / n,
+        "tools/error_ratio": failed_share(rollouts),
+        "tools/error_ratio_in_positives": failed_share(positives),
+        "roc/tool_error_penalty_mean": sum(map(tool_error_ratio, rollouts)) / n,
+        "roc/format_penalty_mean": sum(map(format_penalty, rollouts)) / n,
+    }
+
+
+def failed_share(rollouts: Sequence[RolloutFacts]) -> float:
+    """Failed tool calls / tool calls, pooled over rollouts (0 without calls)."""
+    calls = sum(r.tool_calls for r in rollouts)
+    return sum(r.tool_errors for r in rollouts) / calls if calls else 0.0

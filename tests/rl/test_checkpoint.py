@@ -134,6 +134,7 @@ def tiny_llama(tie: bool):
     return LlamaForCausalLM(config)
 
 
+@pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing:FutureWarning")  # peft's, not ours
 def test_lora_checkpoints_hold_only_the_adapter(tmp_path):
     from peft import LoraConfig, get_peft_model
 

@@ -15,6 +15,7 @@ from rstar2.rl.roc import (
     format_penalty,
     paper_keep_counts,
     release_keep_counts,
+    rollout_metrics,
     select_group,
     tool_error_ratio,
     total_penalty,
@@ -296,3 +297,20 @@ def test_same_seed_same_decisions():
     assert first[0] == first[1] == first[2]
     others = {select_group(rollouts, PAPER, np.random.default_rng(seed)).kept for seed in range(10)}
     assert len(others) > 1
+
+
+def test_rollout_metrics_pool_calls_and_separate_positives():
+    rollouts = [
+        rollout(1.0, calls=4, errors=1),  # p_err 0.25, p_format 0
+        rollout(1.0, calls=0, answers=2, turns=2),  # p_err 0.5, p_format 0.5
+        rollout(0.0, calls=5, errors=5, answers=0),  # p_err 1, p_format 1
+        rollout(0.0, calls=1, errors=0),  # p_err 0, p_format 0
+    ]
+    assert rollout_metrics(rollouts) == pytest.approx({
+        "tools/calls_per_rollout": 10 / 4,
+        "tools/error_ratio": 6 / 10,
+        "tools/error_ratio_in_positives": 1 / 4,  # pooled over calls, not a mean of p_err
+        "roc/tool_error_penalty_mean": (0.25 + 0.5 + 1 + 0) / 4,
+        "roc/format_penalty_mean": (0 + 0.5 + 1 + 0) / 4,
+    })
+    assert rollout_metrics([rollout(0.0, calls=0)])["tools/error_ratio_in_positives"] == 0.0
