@@ -22,8 +22,9 @@ killed at any moment leaves either the complete new checkpoint or none of it, be
 temporary directory that the next save removes; older checkpoints are deleted only after the
 new one is in place (and renamed out of the ``step_*`` namespace before being removed), so the
 previous one always survives and a half-deleted one is never mistaken for a checkpoint. Only
-directories named ``step_*`` are ever loaded. One writer per ``root``. Saving step s deletes checkpoints of steps after s
-(left by a run that was resumed from an earlier one), so "latest" is always this run's.
+directories named ``step_*`` are ever loaded. One writer per ``root``. Saving step s deletes
+checkpoints of steps after s (left by a run that was resumed from an earlier one), so "latest"
+is always this run's.
 
 Files are read with ``torch.load(weights_only=True)``: a checkpoint cannot run code on load.
 """
