@@ -10,7 +10,8 @@ Order of checks, cheapest first:
    answers, two integers compared digit by digit;
 2. math-verify `verify(parse(gold), parse(pred))`, where a bare answer (no `$`, `\\boxed`, ...)
    is normalised and parsed as LaTeX math, and a text with delimiters is left to
-   math-verify's own extraction (so full model outputs can be compared too).
+   math-verify's own extraction (so full model outputs can be compared too);
+3. the same without percent signs, so that `x\\%` matches both x/100 and the number x.
 """
 
 import logging
@@ -29,6 +30,7 @@ from rstar2.reward.normalize import (
     read_decimal_commas,
     repair_latex,
     verdict_without_parser,
+    without_percent,
 )
 
 # The deadline is enforced by killing the worker process, so math-verify's own signal.alarm
@@ -49,7 +51,19 @@ def equivalent(pred: str | None, gold: str | None) -> bool:
     if verdict is not None:
         return verdict
     pred, gold = read_decimal_commas(pred, gold)
-    return symbolically_equivalent(pred, gold)
+    return symbolically_equivalent(pred, gold) or _equivalent_as_written_numbers(pred, gold)
+
+
+def _equivalent_as_written_numbers(pred: str, gold: str) -> bool:
+    """Whether the answers match once percent signs are dropped: `33.33\\%` is `33.33`.
+
+    math-verify reads `x\\%` as x/100, and as x too but only for integers (`10\\%` matches
+    `10` but `33.33\\%` does not match `33.33`); this extends the second reading to all.
+    """
+    pred_number, gold_number = without_percent(pred), without_percent(gold)
+    if pred_number == pred and gold_number == gold:
+        return False
+    return equivalent(pred_number, gold_number)
 
 
 def symbolically_equivalent(pred: str, gold: str) -> bool:

@@ -17,6 +17,7 @@ import re
 _ANSWER_OPEN = "<answer>"
 _ANSWER_CLOSE = "</answer>"
 _BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+_BRACE_OR_ESCAPE = re.compile(r"[{}\\]")
 
 
 def extract_answer(response: str, *, require_answer_tag: bool = True) -> str | None:
@@ -77,17 +78,18 @@ def _box_argument(text: str, position: int) -> str | None:
 def _balanced_group(text: str, open_brace: int) -> str | None:
     """The contents of the brace group opening at `open_brace`; escaped braces do not count."""
     depth = 0
-    index = open_brace
-    while index < len(text):
-        char = text[index]
-        if char == "\\":
-            index += 2
+    escaped_until = -1
+    for mark in _BRACE_OR_ESCAPE.finditer(text, open_brace):
+        position = mark.start()
+        if position < escaped_until:
             continue
-        if char == "{":
+        char = mark.group()
+        if char == "\\":
+            escaped_until = position + 2
+        elif char == "{":
             depth += 1
-        elif char == "}":
+        else:
             depth -= 1
             if depth == 0:
-                return text[open_brace + 1 : index]
-        index += 1
+                return text[open_brace + 1 : position]
     return None

@@ -6,13 +6,14 @@ them on any answer without a deadline. Anything that needs a parser lives in `eq
 and runs in a worker process that is killed when it overruns.
 
 What is here:
+- `repair_latex`: slips that mislead math-verify in any text (doubled backslashes, upright e);
 - `normalize_answer`: rewrites of a bare answer that math-verify's own LaTeX normaliser lacks
-  (doubled backslashes, space or `{,}` thousands separators, `\\$`, degree signs, trailing
-  `.` or `\\`);
+  (space or `{,}` thousands separators, `\\$`, degree signs, trailing `.` or `\\`);
 - `canonical_integer`: the exact digits of an answer that is an integer in decoration (sign,
   thousands separators, `.0`, `\\%`, a unit in `\\text{}`, a degree sign), compared as strings
   so that integers of any length are exact (Python refuses `int()` above 4,300 digits);
 - `base_numeral`: the digits and base of an answer such as `204_5`, compared as written;
+- `without_percent`, `read_decimal_commas`: the alternative readings equivalence tries;
 - `verdict_without_parser`: the verdict when no parser is needed (a missing answer, a base
   numeral, two integers, identical answers), else None.
 """
@@ -26,21 +27,21 @@ _COMMANDS_WRITTEN_WITH_TWO_BACKSLASHES = re.compile(
 # math-verify's unit stripping eats `\text{e}}` with the brace that closes a group, turning
 # `1 - \frac{1}{\mathrm{e}}` into `1`; the constants e and i need no upright wrapper anyway.
 _UPRIGHT_CONSTANT = re.compile(r"\\(?:mathrm|text|operatorname|rm)\{\s*([ei])\s*\}")
+_UNICODE_MINUS = str.maketrans({"−": "-", "–": "-"})
 _DEGREE_SIGN = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree(?![A-Za-z])")
-_ESCAPED_DOLLAR = re.compile(r"\\\$")
 # `,\!` and `{,}` are LaTeX's thousands commas; a plain comma followed by a space is a list.
 _THOUSANDS_SEPARATOR = r"(?:\{,\}|,\\!\s*|,|\\[,;! ]|\s)"
-_SEPARATED_THOUSANDS = re.compile(rf"^[-+]?[1-9]\d{{0,2}}(?:{_THOUSANDS_SEPARATOR}\d{{3}})+(?:\.\d+)?$")
+_SEPARATED_THOUSANDS = re.compile(rf"[-+]?[1-9]\d{{0,2}}(?:{_THOUSANDS_SEPARATOR}\d{{3}})+(?:\.\d+)?")
 _THOUSANDS_SEPARATOR_ONLY = re.compile(_THOUSANDS_SEPARATOR)
-_DECIMAL_WITH_COMMA = re.compile(r"^-?\d+,\d+$")
-_DECIMAL_WITH_POINT = re.compile(r"^-?\d*\.\d+$")
-_BASE_NUMERAL = re.compile(r"^(?P<digits>[0-9A-Za-z]+)_\{?(?P<base>\d+)\}?$")
-_UNICODE_MINUS = str.maketrans({"−": "-", "–": "-"})
-
 _INTEGER_IN_DECORATION = re.compile(
-    r"^(?P<sign>[-+])?\s*(?P<digits>\d+)(?:\.0*)?"
-    r"\s*(?:\\?%|\\(?:text|mbox|textnormal|mathrm)\{[^{}]*\})?$"
+    r"(?P<sign>[-+])?\s*(?P<digits>\d+)(?:\.0*)?"
+    r"\s*(?:\\?%|\\(?:text|mbox|textnormal|mathrm)\{[^{}]*\})?"
 )
+_BASE_NUMERAL = re.compile(r"(?P<digits>[0-9A-Za-z]+)_\{?(?P<base>\d+)\}?")
+_TRAILING_PERCENT = re.compile(r"(?:\\?%|\\text\{\s*(?:percent|\\?%)\s*\}|percent|pct)$")
+_PERCENT_SEARCH_WINDOW = 40
+_DECIMAL_WITH_COMMA = re.compile(r"-?\d+,\d+")
+_DECIMAL_WITH_POINT = re.compile(r"-?\d*\.\d+")
 
 
 def repair_latex(text: str) -> str:
@@ -50,17 +51,16 @@ def repair_latex(text: str) -> str:
     one; an upright `e` or `i` loses its wrapper; a Unicode minus becomes `-`.
     """
     text = text.translate(_UNICODE_MINUS)
-    text = _COMMANDS_WRITTEN_WITH_TWO_BACKSLASHES.sub("", text)
+    if "\\\\" in text:
+        text = _COMMANDS_WRITTEN_WITH_TWO_BACKSLASHES.sub("", text)
     return _UPRIGHT_CONSTANT.sub(r"\1", text)
 
 
 def normalize_answer(answer: str) -> str:
     """A bare answer rewritten into the LaTeX math-verify parses best; meaning unchanged."""
-    text = repair_latex(answer.strip())
-    text = _ESCAPED_DOLLAR.sub("", text)
-    text = _DEGREE_SIGN.sub("", text)
-    text = _strip_trailing_punctuation(text)
-    if _SEPARATED_THOUSANDS.match(text):
+    text = repair_latex(answer.strip()).replace("\\$", "")
+    text = _strip_trailing_punctuation(_DEGREE_SIGN.sub("", text))
+    if _SEPARATED_THOUSANDS.fullmatch(text):
         text = _THOUSANDS_SEPARATOR_ONLY.sub("", text)
     return text
 
@@ -90,7 +90,11 @@ def canonical_integer(answer: str) -> str | None:
     and a degree sign. Dropping `%` follows the labels of every checker we test against
     (`10\\%` matches `10`); `10\\%` against `0.1` is left to the symbolic path.
     """
-    match = _INTEGER_IN_DECORATION.match(normalize_answer(answer))
+    return _integer_digits(normalize_answer(answer))
+
+
+def _integer_digits(text: str) -> str | None:
+    match = _INTEGER_IN_DECORATION.fullmatch(text)
     if match is None:
         return None
     digits = match["digits"].lstrip("0") or "0"
@@ -104,10 +108,19 @@ def base_numeral(answer: str) -> tuple[str, str] | None:
     Such an answer is the numeral, not its value: math-verify drops the subscript and
     would accept `40` for `40_9` (which is 36).
     """
-    match = _BASE_NUMERAL.match(normalize_answer(answer))
-    if match is None:
-        return None
-    return match["digits"].upper(), match["base"]
+    return _numeral_digits(normalize_answer(answer))
+
+
+def _numeral_digits(text: str) -> tuple[str, str] | None:
+    match = _BASE_NUMERAL.fullmatch(text)
+    return None if match is None else (match["digits"].upper(), match["base"])
+
+
+def without_percent(answer: str) -> str:
+    """`answer` without a trailing percent sign (`\\%`, `%`, `percent`); unchanged if none."""
+    text = normalize_answer(answer)
+    match = _TRAILING_PERCENT.search(text, max(0, len(text) - _PERCENT_SEARCH_WINDOW))
+    return answer if match is None else text[: match.start()].rstrip()
 
 
 def read_decimal_commas(pred: str, gold: str) -> tuple[str, str]:
@@ -117,24 +130,28 @@ def read_decimal_commas(pred: str, gold: str) -> tuple[str, str]:
     only the decimal reading makes sense. Answers that are not such numbers pass unchanged.
     """
     pred_text, gold_text = normalize_answer(pred), normalize_answer(gold)
-    if _DECIMAL_WITH_COMMA.match(pred_text) and _DECIMAL_WITH_POINT.match(gold_text):
-        return pred_text.replace(",", "."), gold
-    if _DECIMAL_WITH_COMMA.match(gold_text) and _DECIMAL_WITH_POINT.match(pred_text):
-        return pred, gold_text.replace(",", ".")
-    return pred, gold
+    read_pred, read_gold = _decimal_commas_read(pred_text, gold_text)
+    return (read_pred if read_pred != pred_text else pred, read_gold if read_gold != gold_text else gold)
+
+
+def _decimal_commas_read(pred_text: str, gold_text: str) -> tuple[str, str]:
+    if _DECIMAL_WITH_COMMA.fullmatch(pred_text) and _DECIMAL_WITH_POINT.fullmatch(gold_text):
+        return pred_text.replace(",", "."), gold_text
+    if _DECIMAL_WITH_COMMA.fullmatch(gold_text) and _DECIMAL_WITH_POINT.fullmatch(pred_text):
+        return pred_text, gold_text.replace(",", ".")
+    return pred_text, gold_text
 
 
 def verdict_without_parser(pred: str | None, gold: str | None) -> bool | None:
     """The verdict when it needs no parser, else None (the pair needs the symbolic path)."""
     if pred is None or gold is None:
         return False
-    pred_numeral, gold_numeral = base_numeral(pred), base_numeral(gold)
+    pred_text, gold_text = normalize_answer(pred), normalize_answer(gold)
+    pred_numeral, gold_numeral = _numeral_digits(pred_text), _numeral_digits(gold_text)
     if pred_numeral is not None or gold_numeral is not None:
         return pred_numeral == gold_numeral
-    pred_integer, gold_integer = canonical_integer(pred), canonical_integer(gold)
+    pred_integer, gold_integer = _integer_digits(pred_text), _integer_digits(gold_text)
     if pred_integer is not None and gold_integer is not None:
         return pred_integer == gold_integer
-    pred, gold = read_decimal_commas(pred, gold)
-    if normalize_answer(pred) == normalize_answer(gold):
-        return True
-    return None
+    pred_text, gold_text = _decimal_commas_read(pred_text, gold_text)
+    return True if pred_text == gold_text else None

@@ -1,17 +1,17 @@
 """Worker processes that run one function under a wall-clock deadline, killed when they overrun.
 
-Contract of `DeadlinePool(function, workers, deadline_s)`:
+Contract of `DeadlinePool(function_path, workers, deadline_s)`:
 - `map(argument_tuples)` returns one `Outcome` per input, in input order. A call that has not
   returned `deadline_s` after it reached its worker is abandoned: the worker gets SIGKILL, a
-  fresh worker replaces it, and the outcome says `timed_out`. So no input can hold the caller
-  for much longer than the deadline, whatever sympy does with it.
+  fresh one replaces it, and the outcome says `timed_out`. So no input holds the caller for
+  much longer than the deadline, whatever sympy does with it.
 - An exception raised by the function, or a worker that dies (segfault, out of memory),
   becomes an outcome with `error` set; `map` itself never raises for a bad input.
-- Workers are fresh interpreters (`python -m rstar2.reward.worker`), not forks: they inherit
-  none of the caller's threads, locks or main module, so the pool is safe in threaded
-  trainers, notebooks and scripts without a `__main__` guard. The price is about a second to
-  start or replace a worker, paid only after a timeout. Each worker makes one warm-up call
-  before it takes work, so the deadline clock measures the call, not imports.
+- Workers are forked by a zygote (`rstar2.reward.worker`): a fresh interpreter that imported
+  the function and warmed it up once. A fresh interpreter, so the pool inherits none of the
+  caller's threads, locks or main module (it is safe in threaded trainers, notebooks and
+  scripts without a `__main__` guard); forked from it, so starting or replacing a worker
+  costs a fork, not a second of imports, and the deadline measures the call alone.
 - Each worker has an address-space limit (`memory_limit_mb`): an answer that makes sympy
   allocate without bound raises MemoryError in the worker instead of starving the machine.
 
@@ -31,11 +31,10 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
+from multiprocessing.reduction import recv_handle
 from pathlib import Path
 from typing import Any
 
-READY = "ready"
-"""What a worker sends once it has warmed up and can take calls."""
 _SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
@@ -58,41 +57,72 @@ def available_cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
+@dataclass
 class _Worker:
-    """One worker process and the call it is running, if any."""
+    """One forked worker and the call it is running, if any."""
 
-    def __init__(self, function_path: str, warmup: tuple, memory_limit_mb: int):
-        parent_end, child_end = socket.socketpair()
-        command = [
-            sys.executable,
-            "-m",
-            "rstar2.reward.worker",
-            str(child_end.fileno()),
-            function_path,
-            json.dumps(warmup),
-            str(memory_limit_mb),
-        ]
-        self.process = subprocess.Popen(
-            command, pass_fds=(child_end.fileno(),), stdin=subprocess.DEVNULL, env=_worker_env()
-        )
-        child_end.close()
-        self.connection = Connection(parent_end.detach())
-        self.ready = False
-        self.task: int | None = None
-        self.started = 0.0
+    pid: int
+    connection: Connection
+    task: int | None = None
+    started: float = 0.0
 
     def start_call(self, task: int, arguments: tuple) -> None:
         self.task = task
         self.started = time.monotonic()
         self.connection.send(arguments)
 
-    def kill(self) -> None:
-        self.process.kill()
-        self.process.wait()
-        self.connection.close()
+
+class _Zygote:
+    """The warm process that forks workers and ends them on request."""
+
+    def __init__(self, function_path: str, warmup: tuple | None, memory_limit_mb: int):
+        self.function_path = function_path
+        pool_end, zygote_end = socket.socketpair()
+        command = [
+            sys.executable,
+            "-m",
+            "rstar2.reward.worker",
+            str(zygote_end.fileno()),
+            function_path,
+            json.dumps(warmup),
+            str(memory_limit_mb),
+        ]
+        self.process = subprocess.Popen(
+            command, pass_fds=(zygote_end.fileno(),), stdin=subprocess.DEVNULL, env=_zygote_env()
+        )
+        zygote_end.close()
+        self.control = Connection(pool_end.detach())
+
+    def spawn(self) -> _Worker:
+        """A new worker; the first call waits for the zygote to finish warming up."""
+        try:
+            self.control.send("spawn")
+            pid = self.control.recv()
+            connection = Connection(recv_handle(self.control))
+        except (EOFError, OSError) as exc:
+            raise RuntimeError(
+                f"the worker process for {self.function_path} exited "
+                f"(exit code {self.process.wait()}); see its error above"
+            ) from exc
+        return _Worker(pid=pid, connection=connection)
+
+    def end(self, worker: _Worker, kill: bool) -> int:
+        """Stop (if `kill`) and reap `worker`; its exit code."""
+        worker.connection.close()
+        self.control.send(("kill" if kill else "reap", worker.pid))
+        return self.control.recv()
+
+    def close(self) -> None:
+        """Let the zygote end its workers and exit."""
+        self.control.close()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
 
-def _worker_env() -> dict[str, str]:
+def _zygote_env() -> dict[str, str]:
     """The caller's environment, with this source tree importable even when not installed."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [_SOURCE_ROOT, env.get("PYTHONPATH")]))
@@ -100,12 +130,11 @@ def _worker_env() -> dict[str, str]:
 
 
 class DeadlinePool:
-    """`workers` concurrent, deadline-bounded calls of `function_path`, plus one warm spare.
+    """`workers` concurrent calls of `function_path`, each killed if it overruns `deadline_s`.
 
-    `function_path` is `package.module:function`, resolved inside the workers only, so the
-    caller never imports the function's (possibly heavy) module. `warmup` is an argument
-    tuple the function is called with once per worker before it takes work. The spare worker
-    takes over at once when one is killed, so the next call does not wait for a restart.
+    `function_path` is `package.module:function`, resolved inside the worker processes only,
+    so the caller never imports the function's (possibly heavy) module. `warmup`, if given,
+    is an argument tuple the function is called with once before any call.
     Safe to share between threads: calls to `map` are serialised.
     """
 
@@ -115,19 +144,21 @@ class DeadlinePool:
         *,
         workers: int | None = None,
         deadline_s: float = 2.0,
-        warmup: tuple = (),
+        warmup: tuple | None = None,
         memory_limit_mb: int = 2048,
     ):
         if deadline_s <= 0:
             raise ValueError(f"deadline_s must be positive, got {deadline_s}")
         self.deadline_s = deadline_s
-        self._function_path = function_path
-        self._warmup = warmup
-        self._memory_limit_mb = memory_limit_mb
-        self.concurrency = workers or available_cores()
-        self._workers = [self._new_worker() for _ in range(self.concurrency + 1)]
-        self._lock = threading.Lock()
         self._owner_pid = os.getpid()
+        self._lock = threading.Lock()
+        self._zygote = _Zygote(function_path, warmup, memory_limit_mb)
+        self._workers: list[_Worker] = []
+        try:
+            self._workers = [self._zygote.spawn() for _ in range(workers or available_cores())]
+        except RuntimeError:
+            self._zygote.close()
+            raise
 
     def __enter__(self) -> "DeadlinePool":
         return self
@@ -135,13 +166,19 @@ class DeadlinePool:
     def __exit__(self, *exc_info) -> None:
         self.close()
 
+    @property
+    def worker_pids(self) -> list[int]:
+        """Process ids of the current workers."""
+        return [worker.pid for worker in self._workers]
+
     def close(self) -> None:
         """Stop all workers (idempotent; a no-op in a forked child, which does not own them)."""
-        if os.getpid() != self._owner_pid:
+        if os.getpid() != self._owner_pid or not self._workers:
             return
         for worker in self._workers:
-            worker.kill()
+            worker.connection.close()
         self._workers = []
+        self._zygote.close()
 
     def map(
         self,
@@ -152,21 +189,20 @@ class DeadlinePool:
 
         `on_outcome(index, outcome)` is called as each call finishes (e.g. for a progress bar).
         """
-        if not self._workers:
-            raise RuntimeError("the pool is closed")
         with self._lock:
+            if not self._workers:
+                raise RuntimeError("the pool is closed")
             return _Run(self, argument_tuples, on_outcome).until_done()
 
-    def _new_worker(self) -> _Worker:
-        return _Worker(self._function_path, self._warmup, self._memory_limit_mb)
-
-    def _replace(self, worker: _Worker) -> None:
-        worker.kill()
-        self._workers[self._workers.index(worker)] = self._new_worker()
+    def _replace(self, worker: _Worker, kill: bool) -> int:
+        """Swap `worker` for a fresh one; the old one's exit code."""
+        exit_code = self._zygote.end(worker, kill=kill)
+        self._workers[self._workers.index(worker)] = self._zygote.spawn()
+        return exit_code
 
 
 class _Run:
-    """The state of one `map` call: queued tasks, outcomes, and the scheduling loop."""
+    """One `map` call: the queue of tasks, their outcomes, and the scheduling loop."""
 
     def __init__(self, pool: DeadlinePool, argument_tuples: Sequence[tuple], on_outcome):
         self.pool = pool
@@ -176,59 +212,42 @@ class _Run:
         self.outcomes: list[Outcome | None] = [None] * len(argument_tuples)
 
     def until_done(self) -> list[Outcome]:
-        while self.queue or any(worker.task is not None for worker in self.pool._workers):
+        while self.queue or self._busy():
             self._hand_out_tasks()
-            self._collect(wait(self._watched(), timeout=self._time_to_next_deadline()))
+            ready = wait([worker.connection for worker in self._busy()], self._time_to_deadline())
+            self._collect(ready)
             self._kill_overrunning()
         return self.outcomes
 
+    def _busy(self) -> list[_Worker]:
+        return [worker for worker in self.pool._workers if worker.task is not None]
+
     def _hand_out_tasks(self) -> None:
-        busy = sum(worker.task is not None for worker in self.pool._workers)
         for worker in self.pool._workers:
-            if worker.ready and worker.task is None and self.queue and busy < self.pool.concurrency:
-                busy += 1
+            if worker.task is None and self.queue:
                 task = self.queue.popleft()
                 worker.start_call(task, self.arguments[task])
 
-    def _watched(self) -> list[Connection]:
-        return [w.connection for w in self.pool._workers if not w.ready or w.task is not None]
-
-    def _time_to_next_deadline(self) -> float | None:
-        busy = [worker.started for worker in self.pool._workers if worker.task is not None]
-        if not busy:
-            return None
-        return max(0.0, min(busy) + self.pool.deadline_s - time.monotonic())
+    def _time_to_deadline(self) -> float:
+        earliest = min(worker.started for worker in self._busy())
+        return max(0.0, earliest + self.pool.deadline_s - time.monotonic())
 
     def _collect(self, ready_connections: list) -> None:
-        for worker in [w for w in self.pool._workers if w.connection in ready_connections]:
+        for worker in [w for w in self._busy() if w.connection in ready_connections]:
             try:
-                message = worker.connection.recv()
+                value, error = worker.connection.recv()
             except EOFError:
-                self._worker_died(worker)
+                exit_code = self.pool._replace(worker, kill=False)
+                self._finish(worker, Outcome(error=f"worker died with exit code {exit_code}"))
                 continue
-            if message == READY:
-                worker.ready = True
-            else:
-                value, error = message
-                self._finish(worker, Outcome(value=value, error=error))
-
-    def _worker_died(self, worker: _Worker) -> None:
-        if worker.task is None:
-            worker.kill()
-            raise RuntimeError(
-                f"a worker running {self.pool._function_path} died while starting "
-                f"(exit code {worker.process.returncode})"
-            )
-        error = f"worker died with exit code {worker.process.wait()}"
-        self._finish(worker, Outcome(error=error))
-        self.pool._replace(worker)
+            self._finish(worker, Outcome(value=value, error=error))
 
     def _kill_overrunning(self) -> None:
         now = time.monotonic()
-        for worker in list(self.pool._workers):
-            if worker.task is not None and now - worker.started >= self.pool.deadline_s:
+        for worker in self._busy():
+            if now - worker.started >= self.pool.deadline_s:
                 self._finish(worker, Outcome(timed_out=True))
-                self.pool._replace(worker)
+                self.pool._replace(worker, kill=True)
 
     def _finish(self, worker: _Worker, outcome: Outcome) -> None:
         task, worker.task = worker.task, None

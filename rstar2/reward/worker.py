@@ -1,20 +1,33 @@
-"""The worker process of `rstar2.reward.pool`: `python -m rstar2.reward.worker FD FUNCTION ...`.
+"""The processes behind `rstar2.reward.pool`: one warm zygote that forks the workers.
 
-Contract: the process talks over the socket whose descriptor it is given. It imports
-`FUNCTION` (`package.module:function`), caps its address space at `MEMORY_MB` (0: no cap),
-calls the function once on the JSON `WARMUP` arguments, sends `"ready"`, then answers each
-argument tuple it receives with `(value, None)` or `(None, error text)` until the socket
-closes. It writes nothing to stdout (which is the parent's).
+`python -m rstar2.reward.worker FD FUNCTION WARMUP MEMORY_MB` starts the zygote. It talks to
+the pool over the Unix socket whose descriptor it is given; it imports `FUNCTION`
+(`package.module:function`) and calls it once on the JSON `WARMUP` arguments (unless they are
+`null`), so that every worker it forks starts with imports done and caches warm. Then it
+serves requests, one at a time:
+
+- `"spawn"`: fork a worker; reply with its pid, then pass the pool its end of a new socket.
+  The worker caps its address space at `MEMORY_MB` (0: no cap) and answers each argument
+  tuple it receives with `(value, None)` or `(None, error text)` until its socket closes.
+- `("kill", pid)`: SIGKILL the worker, reap it, reply with its exit code.
+- `("reap", pid)`: reap a worker that ended by itself, reply with its exit code.
+
+Workers are reaped only on request, so a pid the pool holds can never be reused by another
+process before the pool is done with it. When the pool's socket closes, the zygote kills
+its remaining workers and exits. Forking is safe here because the zygote runs no threads.
+Nothing is written to stdout (which is the caller's).
 """
 
 import importlib
 import json
+import os
 import resource
+import signal
+import socket
 import sys
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-
-from rstar2.reward.pool import READY
+from multiprocessing.reduction import send_handle
 
 _ERROR_TEXT_LIMIT = 300
 
@@ -33,7 +46,7 @@ def limit_memory(megabytes: int) -> None:
 
 
 def serve(connection: Connection, function: Callable) -> None:
-    """Apply `function` to each argument tuple received and send back the result."""
+    """Worker loop: apply `function` to each argument tuple received, send back the result."""
     while True:
         try:
             arguments = connection.recv()
@@ -45,14 +58,60 @@ def serve(connection: Connection, function: Callable) -> None:
             connection.send((None, f"{type(exc).__name__}: {exc}"[:_ERROR_TEXT_LIMIT]))
 
 
+def spawn_worker(control: Connection, function: Callable, memory_mb: int) -> int:
+    """Fork a worker serving `function`; hand the pool its socket. Returns the worker's pid."""
+    pool_end, worker_end = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            control.close()
+            pool_end.close()
+            limit_memory(memory_mb)
+            serve(Connection(worker_end.detach()), function)
+        finally:
+            os._exit(0)
+    worker_end.close()
+    control.send(pid)
+    send_handle(control, pool_end.fileno(), pid)
+    pool_end.close()
+    return pid
+
+
+def end_worker(pid: int, kill: bool) -> int:
+    """Reap worker `pid` (after SIGKILL if `kill`); its exit code (negative: killed by signal)."""
+    if kill:
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def run_zygote(control: Connection, function: Callable, memory_mb: int) -> None:
+    """Serve the pool's requests (see the module docstring) until its socket closes."""
+    workers: set[int] = set()
+    while True:
+        try:
+            request = control.recv()
+        except EOFError:
+            break
+        if request == "spawn":
+            workers.add(spawn_worker(control, function, memory_mb))
+        else:
+            action, pid = request
+            workers.discard(pid)
+            control.send(end_worker(pid, kill=action == "kill"))
+    for pid in workers:
+        end_worker(pid, kill=True)
+
+
 def main(argv: list[str]) -> None:
     descriptor, function_path, warmup_json, memory_mb = argv
-    connection = Connection(int(descriptor))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle
+    control = Connection(int(descriptor))
     function = resolve(function_path)
-    limit_memory(int(memory_mb))
-    function(*json.loads(warmup_json))
-    connection.send(READY)
-    serve(connection, function)
+    warmup = json.loads(warmup_json)
+    if warmup is not None:
+        function(*warmup)
+    run_zygote(control, function, int(memory_mb))
 
 
 if __name__ == "__main__":
