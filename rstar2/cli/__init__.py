@@ -7,6 +7,7 @@ makes the verbs exist.
 from rstar2.cli.app import app
 from rstar2.cli import sandbox  # noqa: F401  (registers `rstar2 sandbox ...`)
 from rstar2.cli import data  # noqa: F401  (registers `rstar2 data ...`)
+from rstar2.cli import grade  # noqa: F401
 
 
 def main() -> None:

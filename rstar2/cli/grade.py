@@ -1,0 +1,76 @@
+"""`rstar2 grade`: grade a JSONL file of model outputs against gold answers."""
+
+from pathlib import Path
+
+import typer
+from rich.progress import Progress
+
+from rstar2.cli.app import app
+from rstar2.reward.rows import RowsReport, grade_rows
+
+
+def default_out_path(source: Path) -> Path:
+    """`outputs.jsonl` -> `outputs.graded.jsonl`, next to the input."""
+    return source.with_name(f"{source.stem}.graded.jsonl")
+
+
+@app.command()
+def grade(
+    source: Path = typer.Argument(..., help="JSONL file, one model output per line."),
+    response_field: str = typer.Option("response", "--response-field", help="Field holding the model's text."),
+    gold_field: str = typer.Option("answer", "--gold-field", help="Field holding the gold answer."),
+    out: Path = typer.Option(None, "--out", "-o", help="Where to write the graded rows. Default: SOURCE.graded.jsonl."),
+    require_answer_tag: bool = typer.Option(
+        True,
+        "--require-answer-tag/--any-boxed",
+        help="Read the answer only from \\boxed{} inside <answer>...</answer> (the rStar2-Agent reward), "
+        "or, with --any-boxed, fall back to the last \\boxed{} anywhere (models that use no tags).",
+    ),
+    deadline: float = typer.Option(2.0, "--deadline", min=0.01, help="Seconds allowed per symbolic check."),
+    workers: int = typer.Option(None, "--workers", min=1, help="Worker processes. Default: all cores."),
+) -> None:
+    """Grade model outputs: extract each final answer and check it against the gold one.
+
+    Every row is written back whole, with `pred` (the extracted answer), `correct` and
+    `timed_out` added; a value a row already had under one of those names is kept as
+    `<name>_original`. A row missing a field is written back with `grade_error` and reported
+    by line number; the others are graded all the same (exit code 1 if any row was not
+    graded). Prints the accuracy and how many checks hit the deadline.
+    """
+    from rstar2.data import DataError, read_jsonl, write_jsonl
+
+    try:
+        numbered_rows = list(read_jsonl(source))
+    except DataError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from error
+    with Progress(transient=True) as progress:
+        bar = progress.add_task("grading", total=len(numbered_rows))
+        report = grade_rows(
+            numbered_rows,
+            response_field=response_field,
+            gold_field=gold_field,
+            require_answer_tag=require_answer_tag,
+            deadline_s=deadline,
+            workers=workers,
+            on_grade=lambda: progress.advance(bar),
+        )
+    out = out or default_out_path(source)
+    write_jsonl(out, report.rows)
+    _print_summary(report, out, require_answer_tag)
+    if report.errors:
+        raise typer.Exit(1)
+
+
+def _print_summary(report: RowsReport, out: Path, require_answer_tag: bool) -> None:
+    typer.echo(
+        f"accuracy {report.accuracy:.4f} ({report.correct}/{report.graded} graded rows); "
+        f"{report.timed_out} hit the deadline; {report.no_answer} gave no answer -> {out}"
+    )
+    if require_answer_tag and report.graded and report.no_answer == report.graded:
+        typer.echo("hint: no row had \\boxed{} inside <answer>...</answer>; "
+                   "for models that use no tags, add --any-boxed")
+    for error in report.errors[:20]:
+        typer.echo(f"error: {error}", err=True)
+    if len(report.errors) > 20:
+        typer.echo(f"error: ... and {len(report.errors) - 20} more rows not graded", err=True)
