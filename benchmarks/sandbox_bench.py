@@ -135,18 +135,31 @@ def tree_memory_mb(pid: int) -> tuple[float, float]:
     return rss / 1024, pss / 1024
 
 
-def leftover_processes() -> list[str]:
-    """Sandbox processes still alive anywhere on the host."""
-    found = []
+def service_processes(service: int) -> tuple[set[int], set[int]]:
+    """The pids under the service (bubblewrap, workers) and the uids its calls run as."""
+    from tests.sandbox.procs import descendants
+
+    pids, uids = set(descendants(service)), set()
+    for pid in pids:
+        try:
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if b"--uid" in argv:
+            uids.add(int(argv[argv.index(b"--uid") + 1]))
+    return pids, uids
+
+
+def left_behind(pids: set[int], uids: set[int]) -> int:
+    """How many of those pids, or processes running as those uids, are still alive."""
+    alive = 0
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                argv = open(f"/proc/{entry}/cmdline", "rb").read()
+                alive += int(entry) in pids or os.stat(f"/proc/{entry}").st_uid in uids
             except OSError:
-                continue
-            if b"rstar2/worker.py" in argv or b"rstar2/sandbox/worker.py" in argv:
-                found.append(entry)
-    return found
+                pass
+    return alive
 
 
 def main() -> None:
@@ -174,8 +187,9 @@ def main() -> None:
                 print(f"rstar2  {workload:8s} c={c:<3d} {results[workload, c].summary()}", flush=True)
         health = httpx.get(f"{url}/health").json()
         print(f"after load: workers alive {health['workers_alive']}/{health['workers']}")
+        pids, uids = service_processes(service_pid(url))
     time.sleep(1.0)
-    print(f"sandbox processes left after the service stopped: {len(leftover_processes())}")
+    print(f"processes of the service (workers, calls) left after it stopped: {left_behind(pids, uids)}")
     if args.no_baseline:
         return
     for workload in workloads:

@@ -16,12 +16,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import signal
 import struct
 from dataclasses import dataclass, field
 
 from rstar2.sandbox.isolation import WORKER_ENV, WorkerLimits, call_uids, worker_command
 from rstar2.sandbox.metrics import SandboxMetrics
 from rstar2.sandbox.protocol import RunRequest, RunResult
+from rstar2.sandbox.worker import child_pids_of
 
 log = logging.getLogger("rstar2.sandbox")
 
@@ -53,8 +56,9 @@ class Job:
 class Worker:
     """One worker process and the pipe protocol to it (see worker.py)."""
 
-    def __init__(self, argv: list[str]):
+    def __init__(self, argv: list[str], isolated: bool):
         self.argv = argv
+        self.isolated = isolated  # argv starts bubblewrap, whose child is the worker
         self.process: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:
@@ -77,12 +81,26 @@ class Worker:
         return await self.receive()
 
     def kill(self) -> None:
-        if self.process is not None and self.process.returncode is None:
+        """Kill what bubblewrap runs, so that bubblewrap reaps it and exits (no zombies left)."""
+        if self.process is None or self.process.returncode is not None:
+            return
+        inner = child_pids_of(self.process.pid) if self.isolated else []
+        for pid in inner:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if not inner:
             self.process.kill()
 
     async def stop(self) -> None:
+        if self.process is None:
+            return
         self.kill()
-        if self.process is not None:
+        try:
+            await asyncio.wait_for(self.process.wait(), 5.0)
+        except asyncio.TimeoutError:
+            self.process.kill()
             await self.process.wait()
 
 
@@ -100,7 +118,8 @@ class WorkerPool:
     async def start(self) -> None:
         uids = call_uids(self.config.port, self.config.workers)
         self.workers = [
-            Worker(worker_command(self.config.limits, uid, self.config.isolated)) for uid in uids
+            Worker(worker_command(self.config.limits, uid, self.config.isolated), self.config.isolated)
+            for uid in uids
         ]
         self.tasks = [asyncio.create_task(self.serve_with(w)) for w in self.workers]
 

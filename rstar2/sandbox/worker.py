@@ -70,10 +70,6 @@ def keep_heap_in_huge_pages(size: int = 64 << 20) -> None:
         if high - start >= HUGE_PAGE:
             libc.madvise(start, (high - start) // HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE)
 
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
-    os.environ[_var] = "1"  # fork() is only safe from a single-threaded process
-os.environ["MPLBACKEND"] = "Agg"
-
 WARM_MODULES = (
     "math", "cmath", "itertools", "functools", "fractions", "decimal", "collections",
     "statistics", "random", "re", "heapq", "bisect", "json", "string", "numpy", "sympy",
@@ -257,9 +253,9 @@ class CappedBuffer:
         return text
 
 
-def child_pids_of(pid: int) -> list[int]:
-    """Direct children of ``pid``, read from /proc (used only without a PID namespace)."""
-    children = []
+def parent_pids() -> dict[int, int]:
+    """Every visible process and its parent, from one pass over /proc."""
+    parents = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
@@ -267,9 +263,13 @@ def child_pids_of(pid: int) -> list[int]:
                     stat = f.read()
             except OSError:
                 continue
-            if int(stat[stat.rindex(b")") + 2 :].split()[1]) == pid:
-                children.append(int(entry))
-    return children
+            parents[int(entry)] = int(stat[stat.rindex(b")") + 2 :].split()[1])
+    return parents
+
+
+def child_pids_of(pid: int) -> list[int]:
+    """Direct children of ``pid`` (this kernel may lack /proc/PID/task/TID/children)."""
+    return [child for child, parent in parent_pids().items() if parent == pid]
 
 
 def kill_everything_else() -> None:
@@ -485,6 +485,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str]) -> None:
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
+        os.environ[name] = "1"  # before numpy: fork() is only safe from a single-threaded process
+    os.environ["MPLBACKEND"] = "Agg"
     cfg = parse_args(argv)
     # The service talks on our stdin/stdout; move them out of the way of the snippets.
     control_in = os.fdopen(os.dup(0), "rb")

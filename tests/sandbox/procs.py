@@ -5,14 +5,11 @@ from __future__ import annotations
 import os
 from urllib.parse import urlparse
 
+from rstar2.sandbox.worker import parent_pids
+
 
 def parent_of(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    return int(stat[stat.rindex(b")") + 2 :].split()[1])
+    return parent_pids().get(pid)
 
 
 def service_pid(url: str) -> int:
@@ -32,7 +29,7 @@ def service_pid(url: str) -> int:
 
 def descendants(pid: int) -> list[int]:
     """Every live process below pid (bwrap, workers, and anything a call left behind)."""
-    parents = {int(e): parent_of(int(e)) for e in os.listdir("/proc") if e.isdigit()}
+    parents = parent_pids()
     found, frontier = [], [pid]
     while frontier:
         current = frontier.pop()
@@ -43,13 +40,14 @@ def descendants(pid: int) -> list[int]:
 
 
 def worker_pids(url: str) -> list[int]:
-    """The worker processes (the Python inside each bwrap) of a service."""
-    pids = []
-    for pid in descendants(service_pid(url)):
+    """The worker processes of a service: Python running worker.py, not forked from another one."""
+    parents = parent_pids()
+
+    def runs_worker(pid: int) -> bool:
         try:
-            argv = open(f"/proc/{pid}/cmdline", "rb").read()
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
         except OSError:
-            continue
-        if b"worker.py" in argv and not argv.startswith(b"bwrap") and b"/bwrap" not in argv.split(b"\0")[0]:
-            pids.append(pid)
-    return pids
+            return False
+        return "bwrap" not in os.path.basename(argv[0].decode()) and any(a.endswith(b"worker.py") for a in argv)
+
+    return [pid for pid in descendants(service_pid(url)) if runs_worker(pid) and not runs_worker(parents.get(pid, 0))]

@@ -12,7 +12,7 @@ import pytest
 
 from rstar2.sandbox import SandboxClient, local_sandbox
 from tests.sandbox.helpers import run
-from tests.sandbox.procs import parent_of, worker_pids
+from tests.sandbox.procs import descendants, parent_of, service_pid, worker_pids
 
 
 def wait_for_workers(url: str, n: int, wait_s: float = 60.0) -> None:
@@ -91,3 +91,22 @@ def test_ten_thousand_queued_calls_all_answered():
         results = asyncio.run(flood())
         assert [r.stdout for r in results] == [f"{i * 2}\n" for i in range(10_000)]
         assert run(url, "print('still serving')").stdout == "still serving\n"
+
+
+def test_stopping_the_service_leaves_no_process_or_zombie():
+    with local_sandbox(workers=2) as url:
+        run(url, "import subprocess; subprocess.Popen(['sleep', '600'], start_new_session=True)")
+        below = set(descendants(service_pid(url)))
+        assert len(below) >= 4  # two bubblewraps, two workers (and maybe the sleeper, until cleaned up)
+    time.sleep(0.5)
+    assert [pid for pid in below if os.path.exists(f"/proc/{pid}")] == []
+
+
+def test_unsafe_mode_runs_and_kills_detached_children():
+    with local_sandbox(workers=1, unsafe_no_isolation=True) as url:
+        assert httpx.get(f"{url}/health").json()["isolation"] == "none"
+        code = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(600)\nprint('parent')"
+        assert run(url, code).stdout == "parent\n"
+        (worker,) = worker_pids(url)
+        time.sleep(0.5)
+        assert descendants(worker) == []  # the detached sleeper was found and killed
