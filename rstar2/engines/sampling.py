@@ -20,12 +20,27 @@ def sample_tokens(
     greedy = temperature == 0
     scale = torch.where(greedy, torch.ones_like(temperature), temperature)
     logprobs = torch.log_softmax(logits / scale[:, None], dim=-1)
-    ids = logprobs.argmax(dim=-1)
-    if not bool(greedy.all()):
+    if bool(greedy.all()):
+        ids = logprobs.argmax(dim=-1)
+    else:
         probs = nucleus(logprobs.exp(), top_p) if bool((top_p < 1).any()) else logprobs.exp()
-        drawn = torch.multinomial(probs, 1, generator=generator).squeeze(1)
-        ids = torch.where(greedy, ids, drawn)
+        ids = inverse_cdf_draw(probs, generator)
+        if bool(greedy.any()):
+            ids = torch.where(greedy, logprobs.argmax(dim=-1), ids)
     return ids, logprobs.gather(1, ids[:, None]).squeeze(1)
+
+
+def inverse_cdf_draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One draw per row from unnormalised ``probs`` with a single uniform number per row.
+
+    ``torch.multinomial`` draws one exponential variate per vocabulary entry, which on a CPU
+    costs more than the rest of a decode step's sampling together.
+    """
+    cdf = probs.cumsum(dim=-1)
+    u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device,
+                   dtype=cdf.dtype) * cdf[:, -1:]
+    ids = torch.searchsorted(cdf, u, right=True).squeeze(1)
+    return ids.clamp_(max=probs.shape[1] - 1)
 
 
 def nucleus(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:

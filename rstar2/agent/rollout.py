@@ -1,0 +1,169 @@
+"""The multi-turn, tool-using rollout (paper section 2.1), token-in/token-out.
+
+Per question: tokenise the prompt once; then per assistant turn, generate from the exact
+token ids so far, keep the sampled ids and their log-probs (mask 1), parse the turn's tool
+calls, run them in the sandbox, and append the tool-response turn's ids (mask 0). A turn
+without a tool call ends the rollout; so do the turn limit and the response token budget
+(then the trajectory is marked truncated). Tool responses longer than
+``max_tool_response_tokens`` are clipped with a marker.
+
+Concurrency: ``Agent.rollouts`` runs every rollout as its own coroutine. Each one awaits the
+engine for its turns and the sandbox for its tool calls independently, so there is no barrier
+per turn across the batch; the engine batches whatever generation requests are pending (see
+``engines.hf``) and the sandbox client batches whatever calls are pending.
+
+Sandbox failures (``SandboxUnavailable``) propagate: an unreachable sandbox never becomes a
+tool response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Protocol
+
+from pydantic import BaseModel, Field
+
+from rstar2.agent.prompt import ChatFormat, PromptConfig
+from rstar2.agent.toolcall import ParseError, ToolCall, clip_tokens, parse_tool_calls, tool_output
+from rstar2.agent.trajectory import ToolCallRecord, Trajectory, Turn, last_answer
+from rstar2.engines.base import Engine, SamplingParams
+from rstar2.sandbox.protocol import RunResult
+
+
+class RolloutConfig(BaseModel):
+    """Limits and sampling of one rollout."""
+
+    max_turns: int = Field(10, ge=1, description="Most assistant turns (paper: 10 in RL stages "
+                           "1-2, 15 in stage 3, 30 at evaluation).")
+    max_response_tokens: int = Field(4096, ge=1, description="Budget for everything after the "
+                                     "prompt (sampled and tool tokens); hitting it truncates.")
+    max_tool_response_tokens: int = Field(512, ge=16, description="Longest tool output sent back; "
+                                          "longer ones keep head and tail around a marker.")
+    max_tool_calls_per_turn: int = Field(4, ge=1, description="Calls beyond this in one turn are "
+                                         "answered with an error instead of run.")
+    temperature: float = Field(1.0, ge=0.0, description="Sampling temperature (0 = greedy).")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    tool_timeout_s: float | None = Field(None, gt=0, description="Per-call time limit; None "
+                                         "uses the sandbox's default.")
+    prompt: PromptConfig = Field(default_factory=PromptConfig, description="Prompt variant.")
+
+
+class CodeRunner(Protocol):
+    """What the rollout needs from the sandbox (``rstar2.sandbox.SandboxClient`` is one)."""
+
+    async def run(self, code: str, stdin: str = "", timeout_s: float | None = None
+                  ) -> RunResult: ...
+
+
+class ResponseBuilder:
+    """The growing response of one rollout: ids, mask, log-probs and turn boundaries."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.mask: list[int] = []
+        self.logprobs: list[float] = []
+        self.turns: list[Turn] = []
+
+    def append(self, ids: Sequence[int], logprobs: Sequence[float] | None = None) -> None:
+        """Sampled tokens (with their log-probs) or, without log-probs, forced ones."""
+        self.ids.extend(ids)
+        self.mask.extend([0 if logprobs is None else 1] * len(ids))
+        self.logprobs.extend([0.0] * len(ids) if logprobs is None else logprobs)
+
+    def close_turn(self, role: str) -> str:
+        """End the current turn (everything since the last one) and return its text."""
+        start = self.turns[-1].end if self.turns else 0
+        text = self.tokenizer.decode(self.ids[start:])
+        self.turns.append(Turn(role=role, text=text, start=start, end=len(self.ids)))
+        return text
+
+
+class Agent:
+    """Runs rollouts of questions with one engine, one tokenizer and one code runner."""
+
+    def __init__(self, engine: Engine, tokenizer, runner: CodeRunner | None,
+                 config: RolloutConfig | None = None):
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.config = config or RolloutConfig()
+        if self.config.prompt.tools_enabled and runner is None:
+            raise ValueError("the prompt offers the Python tool but no code runner was given")
+        self.runner = runner
+        self.chat = ChatFormat(tokenizer, self.config.prompt)
+
+    async def rollouts(self, questions: Sequence[str]) -> list[Trajectory]:
+        """Rollouts of all ``questions``, concurrently."""
+        return list(await asyncio.gather(*(self.rollout(q) for q in questions)))
+
+    async def rollout(self, question: str, forced_prefix: str = "") -> Trajectory:
+        """One rollout of ``question``.
+
+        ``forced_prefix``: text the first assistant turn starts with, teacher-forced (mask 0),
+        e.g. a tool call to exercise the tool path with a model that rarely calls tools.
+        """
+        cfg = self.config
+        prompt_text = self.chat.prompt_text(question)
+        prompt_ids = self.chat.encode(prompt_text)
+        response = ResponseBuilder(self.tokenizer)
+        calls: list[ToolCallRecord] = []
+        if forced_prefix:
+            response.append(self.chat.encode(forced_prefix))
+        for turn in range(cfg.max_turns):
+            budget = cfg.max_response_tokens - len(response.ids)
+            if budget <= 0:
+                response.close_turn("assistant")
+                stop = "max_tokens"
+                break
+            params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p,
+                                    max_tokens=budget)
+            completion = (await self.engine.generate([prompt_ids + response.ids], params))[0]
+            response.append(completion.token_ids, completion.logprobs)
+            text = response.close_turn("assistant")
+            if completion.finish_reason == "length":
+                stop = "max_tokens"
+                break
+            tools = cfg.prompt.tools_enabled
+            parsed = parse_tool_calls(text, cfg.prompt.tool_name) if tools else []
+            if not parsed:
+                stop = "answer" if last_answer(text) is not None else "no_tool_call"
+                break
+            if turn + 1 == cfg.max_turns:
+                stop = "max_turns"
+                break
+            records = await self.execute(parsed, turn)
+            calls.extend(records)
+            tool_ids = self.chat.tool_turn_ids([r.output for r in records], response.ids[-1])
+            if len(response.ids) + len(tool_ids) >= cfg.max_response_tokens:
+                stop = "max_tokens"
+                break
+            response.append(tool_ids)
+            response.close_turn("tool")
+        assistant = [t for t in response.turns if t.role == "assistant"]
+        return Trajectory(
+            prompt_ids=prompt_ids, prompt_text=prompt_text, response_ids=response.ids,
+            loss_mask=response.mask, logprobs=response.logprobs, turns=response.turns,
+            tool_calls=calls, num_assistant_turns=len(assistant),
+            final_answer=last_answer("".join(t.text for t in assistant)),
+            stop_reason=stop, temperature=cfg.temperature,
+        )
+
+    async def execute(self, parsed: list[ToolCall | ParseError], turn: int
+                      ) -> list[ToolCallRecord]:
+        """Run a turn's calls concurrently; every call gets a record, errors included."""
+        limit = self.config.max_tool_calls_per_turn
+        message = f"Error: at most {limit} tool calls are run per turn; this one was not run."
+        parsed = parsed[:limit] + [ParseError(message, p.raw) for p in parsed[limit:]]
+        return list(await asyncio.gather(*(self.call(p, turn) for p in parsed)))
+
+    async def call(self, parsed: ToolCall | ParseError, turn: int) -> ToolCallRecord:
+        if isinstance(parsed, ParseError):
+            return ToolCallRecord(turn=turn, code=None, raw=parsed.raw, status="parse_error",
+                                  output=parsed.message, error=True)
+        result = await self.runner.run(parsed.code, parsed.stdin, self.config.tool_timeout_s)
+        output = clip_tokens(tool_output(result), self.tokenizer,
+                             self.config.max_tool_response_tokens)
+        return ToolCallRecord(turn=turn, code=parsed.code, stdin=parsed.stdin, raw=parsed.raw,
+                              status=result.status, output=output, error=not result.ok,
+                              duration_s=result.duration_s)

@@ -1,0 +1,169 @@
+"""`rstar2 chat` (talk to a model that can run Python) and `rstar2 serve-model` (serve one)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import re
+
+import typer
+from rich.console import Console
+from rich.panel import Panel
+from rich.syntax import Syntax
+from rich.text import Text
+
+from rstar2.cli.app import app
+
+console = Console()
+SPECIAL_TOKEN = re.compile(r"<\|[^|<>\s]+\|>")  # ChatML's <|im_end|> and the like
+
+
+def fail(message: str) -> typer.Exit:
+    console.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(2)
+
+
+@app.command()
+def chat(
+    prompt: str = typer.Option(None, "--prompt", "-p", help="Ask this one question, show the answer "
+                               "and exit. Without it: an interactive session (empty line or Ctrl-D quits)."),
+    model: str = typer.Option("default", "--model", "-m", help="'default' (the embedded "
+                              "SmolLM2-135M-Instruct), a local model directory (e.g. a run's final/) or a "
+                              ".gguf file; with --engine openai, also the served model's name."),
+    engine: str = typer.Option("hf", "--engine", help="'hf': run the model in this process; 'openai': "
+                               "an OpenAI-compatible server (vLLM, SGLang, `rstar2 serve-model`)."),
+    base_url: str = typer.Option(None, "--base-url", help="Server URL for --engine openai, e.g. "
+                                 "http://localhost:8000/v1."),
+    tokenizer: str = typer.Option(None, "--tokenizer", help="Local model whose tokenizer to use when "
+                                  "--model is a served name (--engine openai)."),
+    sandbox_url: str = typer.Option(None, "--sandbox-url", help="Sandbox service for the tool calls. "
+                                    "Default: start a private one for this session."),
+    tools: bool = typer.Option(True, "--tools/--no-tools", help="Offer the Python tool (the paper's "
+                               "prompt), or ask for the same answer format without it."),
+    max_turns: int = typer.Option(10, "--max-turns", min=1, help="Assistant turns per question."),
+    max_tokens: int = typer.Option(1024, "--max-tokens", min=16, help="Token budget of one answer, "
+                                   "tool outputs included."),
+    temperature: float = typer.Option(0.6, "--temperature", min=0.0, help="Sampling temperature "
+                                      "(0 = greedy)."),
+    dtype: str = typer.Option("bfloat16", "--dtype", help="float32 | bfloat16 (--engine hf)."),
+) -> None:
+    """Chat with a model that reasons in <reason> tags and can run Python in the sandbox.
+
+    Each question is a fresh rollout with the paper's prompt: the model's turns, every tool
+    call with its sandbox output, and the final <answer> are shown. The default 135M model
+    rarely calls the tool; a trained one (--model runs/<run>/final) or a served model does.
+    """
+    from rstar2.agent.rollout import RolloutConfig
+    from rstar2.agent.prompt import PromptConfig
+    from rstar2.engines.factory import EngineSpec, open_engine
+
+    try:
+        spec = EngineSpec(kind=engine, model=model, base_url=base_url, tokenizer=tokenizer,
+                          dtype=dtype)
+        config = RolloutConfig(max_turns=max_turns, max_response_tokens=max_tokens,
+                               temperature=temperature,
+                               prompt=PromptConfig(variant="rstar2" if tools else "no_tools"))
+        with console.status("loading the model (the first use of a .gguf converts it, ~20 s)"):
+            llm, tok = open_engine(spec)
+    except ValueError as exc:  # pydantic's ValidationError and ModelNotFound are ValueErrors
+        raise fail(str(exc)) from exc
+    with contextlib.ExitStack() as stack:
+        url = sandbox_url
+        if tools and url is None:
+            from rstar2.sandbox import local_sandbox
+
+            with console.status("starting a private sandbox"):
+                url = stack.enter_context(local_sandbox(workers=2))
+        asyncio.run(converse(llm, tok, url, config, prompt))
+
+
+async def converse(llm, tok, url, config, prompt) -> None:
+    """Answer ``prompt``, or questions read from the terminal until an empty line."""
+    from rstar2.agent.rollout import Agent
+    from rstar2.sandbox import SandboxClient, SandboxUnavailable
+
+    async with contextlib.AsyncExitStack() as stack:
+        runner = await stack.enter_async_context(SandboxClient(url)) if url else None
+        stack.push_async_callback(llm.close)
+        agent = Agent(llm, tok, runner, config)
+        for question in [prompt] if prompt else iter(ask, None):
+            try:
+                with console.status("thinking"):
+                    trajectory = await agent.rollout(question)
+            except SandboxUnavailable as exc:
+                raise fail(f"the sandbox cannot be reached: {exc}") from exc
+            show(trajectory, tools=runner is not None)
+
+
+def ask() -> str | None:
+    """The next question, or None when the user is done (empty line, Ctrl-D)."""
+    try:
+        return console.input("[bold cyan]you>[/] ").strip() or None
+    except EOFError:
+        return None
+
+
+def show(trajectory, tools: bool) -> None:
+    """Print the model's turns, its tool calls with their outputs, and the outcome."""
+    calls = iter(trajectory.tool_calls)
+    for turn in trajectory.turns:
+        if turn.role == "assistant":
+            text = SPECIAL_TOKEN.sub("", turn.text)
+            console.print(Panel(Text("<reason>" + text if turn.start == 0 else text),
+                                title="model", title_align="left", border_style="blue"))
+            continue
+        for call in itertools.islice(calls, turn.text.count("<tool_response>")):
+            show_call(call)
+    for call in calls:  # calls whose responses did not fit the budget
+        show_call(call)
+    if trajectory.final_answer is not None:
+        console.print(Panel(trajectory.final_answer, title="answer", title_align="left",
+                            border_style="green"))
+    notes = {"max_turns": "stopped: the turn limit was reached",
+             "max_tokens": "stopped: the token budget ran out (truncated)"}
+    if trajectory.stop_reason in notes:
+        console.print(f"[yellow]{notes[trajectory.stop_reason]}[/]")
+    if tools and not trajectory.tool_calls:
+        console.print("[dim]The model answered without calling the Python tool (small base "
+                      "models rarely do).[/]")
+
+
+def show_call(call) -> None:
+    if call.code is not None:
+        console.print(Panel(Syntax(call.code, "python", theme="ansi_dark"),
+                            title="tool call", title_align="left", border_style="magenta"))
+    style = "red" if call.error else "green"
+    label = "parse error" if call.status == "parse_error" else f"sandbox: {call.status}"
+    console.print(Panel(Text(call.output or "(no output)"), title=label, title_align="left",
+                        border_style=style))
+
+
+@app.command("serve-model")
+def serve_model(
+    model: str = typer.Option("default", "--model", "-m", help="'default', a local model directory "
+                              "or a .gguf file."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    port: int = typer.Option(8000, help="Port to listen on."),
+    name: str = typer.Option(None, "--served-model-name", help="Model name clients use. Default: "
+                             "--model."),
+    dtype: str = typer.Option("bfloat16", "--dtype", help="float32 | bfloat16 | float16."),
+    max_batch_size: int = typer.Option(32, "--max-batch-size", min=1,
+                                       help="Sequences decoded together."),
+) -> None:
+    """Serve a model with the embedded engine over an OpenAI-compatible API (/v1/completions
+    with token-id prompts, token ids and log-probs back), for `--engine openai` clients."""
+    import uvicorn
+
+    from rstar2.engines.hf import HFEngine, HFEngineConfig
+    from rstar2.engines.server import create_app
+
+    try:
+        config = HFEngineConfig(model=model, dtype=dtype, max_batch_size=max_batch_size)
+        with console.status("loading the model"):
+            engine = HFEngine(config)
+    except ValueError as exc:
+        raise fail(str(exc)) from exc
+    console.print(f"serving {model!r} at http://{host}:{port}/v1")
+    uvicorn.run(create_app(engine, name or model), host=host, port=port, log_level="warning")
+    engine.shutdown()

@@ -1,0 +1,141 @@
+"""``rstar2 serve-model``: an engine behind an OpenAI-compatible completions API.
+
+The subset of the API that token-in/token-out rollouts use, with vLLM's extensions, so that
+``OpenAIEngine`` talks to this server, vLLM and SGLang the same way:
+
+* ``GET /v1/models``, ``GET /health``;
+* ``POST /v1/completions`` with ``prompt`` as text, token ids, or a list of either; ``n``,
+  ``max_tokens``, ``temperature``, ``top_p``, ``stop``; vLLM's ``stop_token_ids``,
+  ``ignore_eos``, ``return_token_ids`` (adds ``token_ids``/``prompt_token_ids`` to each
+  choice) and ``return_tokens_as_token_ids`` (``logprobs.tokens`` as ``"token_id:N"``).
+  ``logprobs`` (any value >= 0) returns the sampled tokens' log-probs; alternatives
+  (``top_logprobs``) are not computed. No streaming.
+
+Log-probs follow ``engines.base`` (temperature-scaled distribution).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from rstar2.engines.base import Completion, SamplingParams
+from rstar2.engines.hf import HFEngine
+
+
+class CompletionRequest(BaseModel):
+    """The accepted fields of ``POST /v1/completions`` (others are ignored, as by OpenAI)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    prompt: str | list[str] | list[int] | list[list[int]] = Field(
+        description="Text, token ids, or a batch of either.")
+    max_tokens: int = Field(16, ge=1)
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    n: int = Field(1, ge=1)
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool = False
+    logprobs: int | None = Field(None, ge=0)
+    return_token_ids: bool = False
+    return_tokens_as_token_ids: bool = False
+    stream: bool = False
+
+
+class InvalidRequest(ValueError):
+    pass
+
+
+def create_app(engine: HFEngine, model_name: str) -> FastAPI:
+    """The HTTP app serving ``engine`` under the name ``model_name``."""
+    app = FastAPI(title="rstar2 model server")
+    tokenizer = engine.tokenizer
+
+    @app.exception_handler(InvalidRequest)
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: Exception) -> JSONResponse:
+        message = str(exc.errors()) if isinstance(exc, RequestValidationError) else str(exc)
+        return JSONResponse(status_code=400, content={
+            "error": {"message": message, "type": "invalid_request_error"}})
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": model_name, "object": "model",
+                                            "owned_by": "rstar2"}]}
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest) -> dict:
+        if body.stream:
+            raise InvalidRequest("streaming is not supported")
+        if body.model is not None and body.model != model_name:
+            raise InvalidRequest(f"unknown model {body.model!r}; this server has {model_name!r}")
+        prompts = [p for p in prompt_ids(body.prompt, tokenizer) for _ in range(body.n)]
+        try:
+            outputs = await engine.generate(prompts, sampling_params(body))
+        except ValueError as exc:
+            raise InvalidRequest(str(exc)) from exc
+        choices = [choice(i, out, prompts[i], body, tokenizer) for i, out in enumerate(outputs)]
+        completion_tokens = sum(len(o.token_ids) for o in outputs)
+        prompt_tokens = sum(map(len, prompts[:: body.n]))
+        return {
+            "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
+            "created": int(time.time()), "model": model_name, "choices": choices,
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens},
+        }
+
+    return app
+
+
+def prompt_ids(prompt, tokenizer) -> list[list[int]]:
+    """The request's prompts as token-id lists (text is tokenised without special tokens
+    added, as the text already carries whatever the chat template put there)."""
+    if isinstance(prompt, str):
+        return [tokenizer.encode(prompt, add_special_tokens=False)]
+    if not prompt:
+        raise InvalidRequest("prompt is empty")
+    if all(isinstance(t, int) for t in prompt):
+        return [list(prompt)]
+    return [p if isinstance(p, list) else tokenizer.encode(p, add_special_tokens=False)
+            for p in prompt]
+
+
+def sampling_params(body: CompletionRequest) -> SamplingParams:
+    stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+    stop_ids = tuple(body.stop_token_ids) if body.stop_token_ids is not None else None
+    if body.ignore_eos:
+        stop_ids = stop_ids or ()
+    return SamplingParams(temperature=body.temperature, top_p=body.top_p,
+                          max_tokens=body.max_tokens, stop_token_ids=stop_ids, stop=stop)
+
+
+def choice(index: int, out: Completion, prompt: list[int], body: CompletionRequest,
+           tokenizer) -> dict:
+    result = {"index": index, "text": tokenizer.decode(out.token_ids, skip_special_tokens=True),
+              "finish_reason": out.finish_reason, "logprobs": None}
+    if body.return_token_ids:
+        result["token_ids"] = out.token_ids
+        result["prompt_token_ids"] = prompt
+    if body.logprobs is not None:
+        if body.return_tokens_as_token_ids:
+            tokens = [f"token_id:{t}" for t in out.token_ids]
+        else:
+            tokens = [tokenizer.decode([t]) for t in out.token_ids]
+        offsets, position = [], 0
+        for token in tokens:
+            offsets.append(position)
+            position += len(token)
+        result["logprobs"] = {"tokens": tokens, "token_logprobs": out.logprobs,
+                              "top_logprobs": None, "text_offset": offsets}
+    return result
