@@ -3,10 +3,11 @@
     decision = select_group(rollouts, config, rng)
 
 ``rollouts`` are the 2G rollouts of one prompt (G when RoC is off), as any objects with the five
-fields of ``RolloutFacts``; ``config`` is ``rl.roc``; ``rng`` a numpy ``Generator`` (the only
-source of randomness, so a seeded generator makes every decision reproducible). The returned
-``GroupDecision`` lists the kept indices in rollout order, each rollout's penalties, and, when
-the group carries no learning signal, why it was dropped.
+fields of ``RolloutFacts`` (``trajectory_facts`` makes them from an ``rstar2.agent`` trajectory);
+``config`` is ``rl.roc``; ``rng`` a numpy ``Generator`` (the only source of randomness, so a
+seeded generator makes every decision reproducible). The returned ``GroupDecision`` lists the
+kept indices in rollout order, each rollout's penalties, and, when the group carries no
+learning signal, why it was dropped.
 
 Rewards are binary (1 = correct). With O_pos / O_neg the positive / negative rollouts:
 
@@ -43,6 +44,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
+from rstar2.agent.trajectory import ANSWER_PATTERN, Trajectory
 from rstar2.rl.config import RocConfig
 
 DropReason = Literal["uniform_rewards", "uniform_after_selection"]
@@ -76,6 +78,19 @@ class RolloutSummary:
     tool_errors: int
     answer_blocks: int
     turns: int
+
+
+def trajectory_facts(trajectory: Trajectory, reward: float) -> RolloutSummary:
+    """RoC's facts of an agent trajectory that scored ``reward``: every recorded call counts,
+    its ``error`` flag (parse error, exception, timeout, kill) marks a failure, and answers are
+    the closed ``<answer>`` blocks of the assistant's own text (not of tool output)."""
+    return RolloutSummary(
+        reward=reward,
+        tool_calls=len(trajectory.tool_calls),
+        tool_errors=trajectory.num_tool_errors,
+        answer_blocks=len(ANSWER_PATTERN.findall(trajectory.assistant_text)),
+        turns=trajectory.num_assistant_turns,
+    )
 
 
 @dataclass(frozen=True)

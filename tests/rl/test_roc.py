@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from rstar2.agent.trajectory import ToolCallRecord, Trajectory, Turn
 from rstar2.rl.config import RocConfig
 from rstar2.rl.roc import (
     GroupDecision,
@@ -19,6 +20,7 @@ from rstar2.rl.roc import (
     select_group,
     tool_error_ratio,
     total_penalty,
+    trajectory_facts,
 )
 
 PAPER = RocConfig(mode="paper")
@@ -314,3 +316,26 @@ def test_rollout_metrics_pool_calls_and_separate_positives():
         "roc/format_penalty_mean": (0 + 0.5 + 1 + 0) / 4,
     })
     assert rollout_metrics([rollout(0.0, calls=0)])["tools/error_ratio_in_positives"] == 0.0
+
+
+def test_facts_of_an_agent_trajectory():
+    def call(turn, status, error):
+        return ToolCallRecord(turn=turn, code=None, raw="...", status=status, output="...", error=error)
+
+    calls = [call(0, "error", True), call(1, "parse_error", True), call(2, "ok", False),
+             call(3, "timeout", True)]
+    turns = [
+        Turn(role="assistant", text="<answer>1</answer> <tool_call>...</tool_call>", start=0, end=5),
+        Turn(role="tool", text="<tool_response><answer>9</answer></tool_response>", start=5, end=9),
+        Turn(role="assistant", text="<answer>\\boxed{2}</answer><answer>", start=9, end=12),
+    ]
+    trajectory = Trajectory(
+        prompt_ids=[1], prompt_text="q", response_ids=list(range(12)), loss_mask=[1] * 12,
+        logprobs=[0.0] * 12, turns=turns, tool_calls=calls, num_assistant_turns=5,
+        final_answer="\\boxed{2}", stop_reason="answer", temperature=1.0,
+    )
+    facts = trajectory_facts(trajectory, reward=1.0)
+    # parse error, execution error and timeout all count; the tool's printed <answer> does not,
+    # nor does the unclosed one
+    assert facts == RolloutSummary(reward=1.0, tool_calls=4, tool_errors=3, answer_blocks=2, turns=5)
+    assert tool_error_ratio(facts) == 0.75 and format_penalty(facts) == pytest.approx(1 / 5)
