@@ -30,3 +30,21 @@ def sandbox_url() -> str:
     os.environ.setdefault("RSTAR2_TEST_SECRET", "canary-7f3a")
     with local_sandbox(workers=2, timeout_s=4.0) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def hf_engine():
+    """The embedded default model (SmolLM2-135M-Instruct) in an HFEngine, float32 so that
+    greedy tokens and log-probs compare exactly with plain transformers; shared by the session.
+    Its ``.model`` and ``.tokenizer`` are the real model and tokenizer."""
+    from rstar2.engines.hf import HFEngine, HFEngineConfig
+
+    engine = HFEngine(HFEngineConfig(dtype="float32", min_shared_prefix=16))
+    yield engine
+    engine.shutdown()
+
+
+@pytest.fixture(scope="session")
+def tokenizer(hf_engine):
+    """The default model's tokenizer."""
+    return hf_engine.tokenizer

@@ -1,8 +1,10 @@
 """The rStar2-Agent prompt (paper Fig. 3) rendered with the model's own chat template.
 
 * system: how to lay out an answer (``<reason>``/``<answer>`` tags) and, in the ``rstar2``
-  variant, the ``# Tools`` block with the JSON schema of the Python tool;
-* user: the answer-format instruction and the problem;
+  variant, the ``# Tools`` block with the JSON schema of the Python tool; the ``short``
+  variant says the same in a few lines (~100 tokens instead of ~450, for CPU training, where
+  every prompt token is paid again in each forward and backward pass);
+* user: the answer-format instruction and the problem (the problem alone in ``short``);
 * generation prefix: ``<reason>``, appended after the template's assistant header, so every
   assistant turn starts reasoning (it is forced, not sampled).
 
@@ -41,6 +43,13 @@ TOOLS_FOOTER = (
     '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
 )
 
+SHORT_SYSTEM = (
+    "Solve the problem. Think inside <reason> </reason>, then give the final answer as "
+    "<answer>\\boxed{{N}}</answer>. To run Python, write <tool_call>{{\"name\": \"{tool}\", "
+    "\"arguments\": {{\"code\": \"...\", \"input\": \"\"}}}}</tool_call>; what the program "
+    "prints comes back in <tool_response> </tool_response>."
+)
+
 USER_INSTRUCTION = (
     "You must put your answer inside <answer> </answer> tags, i.e., <answer> answer here "
     "</answer>. And your final answer will be extracted automatically by the \\boxed{} tag.\n"
@@ -51,15 +60,17 @@ USER_INSTRUCTION = (
 class PromptConfig(BaseModel):
     """Which prompt the agent sees."""
 
-    variant: Literal["rstar2", "no_tools"] = Field(
-        "rstar2", description="'rstar2': the paper's prompt with the Python tool; 'no_tools': "
-        "the same answer format without the tool block (a tool-free baseline).")
+    variant: Literal["rstar2", "short", "no_tools"] = Field(
+        "rstar2", description="'rstar2': the paper's prompt with the Python tool; 'short': the "
+        "same tags and tool in a few lines, the problem without the answer-format preamble (the "
+        "CPU demo); 'no_tools': the paper's answer format without the tool block (a tool-free "
+        "baseline).")
     tool_name: str = Field(DEFAULT_TOOL_NAME, description="Name the model calls the Python "
                            "tool by (the released code uses 'python_code_with_standard_io').")
 
     @property
     def tools_enabled(self) -> bool:
-        return self.variant == "rstar2"
+        return self.variant != "no_tools"
 
 
 def tool_schema(tool_name: str = DEFAULT_TOOL_NAME) -> dict:
@@ -95,6 +106,8 @@ def tool_schema(tool_name: str = DEFAULT_TOOL_NAME) -> dict:
 
 
 def system_prompt(config: PromptConfig) -> str:
+    if config.variant == "short":
+        return SHORT_SYSTEM.format(tool=config.tool_name)
     if not config.tools_enabled:
         return ANSWER_FORMAT
     return f"{ANSWER_FORMAT}\n\n{TOOLS_HEADER}{json.dumps(tool_schema(config.tool_name))}{TOOLS_FOOTER}"
@@ -143,8 +156,8 @@ class ChatFormat:
         return end_of_turn, before, after
 
     def prompt_text(self, question: str) -> str:
-        messages = [{"role": "system", "content": self.system},
-                    {"role": "user", "content": user_message(question)}]
+        user = question if self.config.variant == "short" else user_message(question)
+        messages = [{"role": "system", "content": self.system}, {"role": "user", "content": user}]
         return self.render(messages, True) + GENERATION_PREFIX
 
     def prompt_ids(self, question: str) -> list[int]:

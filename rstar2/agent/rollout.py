@@ -101,27 +101,22 @@ class Agent:
         """One rollout of ``question``.
 
         ``forced_prefix``: text the first assistant turn starts with, teacher-forced (mask 0),
-        e.g. a tool call to exercise the tool path with a model that rarely calls tools.
+        e.g. a tool call to exercise the tool path with a model that rarely calls tools. If it
+        ends with the template's end-of-turn token it is the whole first turn and the model
+        takes over after the tool response.
         """
         cfg = self.config
         prompt_text = self.chat.prompt_text(question)
         prompt_ids = self.chat.encode(prompt_text)
         response = ResponseBuilder(self.tokenizer)
         calls: list[ToolCallRecord] = []
-        if forced_prefix:
-            response.append(self.chat.encode(forced_prefix))
+        forced = self.chat.encode(forced_prefix) if forced_prefix else []
+        response.append(forced)
+        scripted = bool(forced) and forced[-1] == self.chat.end_of_turn_id
         for turn in range(cfg.max_turns):
-            budget = cfg.max_response_tokens - len(response.ids)
-            if budget <= 0:
-                response.close_turn("assistant")
-                stop = "max_tokens"
-                break
-            params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p,
-                                    max_tokens=budget)
-            completion = (await self.engine.generate([prompt_ids + response.ids], params))[0]
-            response.append(completion.token_ids, completion.logprobs)
+            complete = (scripted and turn == 0) or await self.generate_turn(prompt_ids, response)
             text = response.close_turn("assistant")
-            if completion.finish_reason == "length":
+            if not complete:
                 stop = "max_tokens"
                 break
             tools = cfg.prompt.tools_enabled
@@ -148,6 +143,18 @@ class Agent:
             final_answer=last_answer("".join(t.text for t in assistant)),
             stop_reason=stop, temperature=cfg.temperature,
         )
+
+    async def generate_turn(self, prompt_ids: list[int], response: ResponseBuilder) -> bool:
+        """Sample the rest of the current assistant turn from the exact ids so far; False when
+        the response budget ran out first."""
+        cfg = self.config
+        budget = cfg.max_response_tokens - len(response.ids)
+        if budget <= 0:
+            return False
+        params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=budget)
+        completion = (await self.engine.generate([prompt_ids + response.ids], params))[0]
+        response.append(completion.token_ids, completion.logprobs)
+        return completion.finish_reason != "length"
 
     async def execute(self, parsed: list[ToolCall | ParseError], turn: int
                       ) -> list[ToolCallRecord]:

@@ -420,15 +420,16 @@ class HFEngine:
 
 def block_groups(rows: list[Resident]) -> list[tuple[slots.PrefixBlock, torch.Tensor | None]]:
     """For each block read by ``rows``: the block and the indices of its rows (None = all)."""
-    by_block: dict[int, list[int]] = {}
+    members: dict[int, list[int]] = {}
+    blocks: dict[int, slots.PrefixBlock] = {}
     for i, r in enumerate(rows):
         if r.block is not None:
-            by_block.setdefault(id(r.block), []).append(i)
-    blocks = {id(r.block): r.block for r in rows if r.block is not None}
-    if len(by_block) == 1 and len(next(iter(by_block.values()))) == len(rows):
+            members.setdefault(id(r.block), []).append(i)
+            blocks[id(r.block)] = r.block
+    if len(blocks) == 1 and len(rows) == len(next(iter(members.values()))):
         return [(next(iter(blocks.values())), None)]
-    device = rows[0].block.k.device if blocks else None
-    return [(blocks[b], torch.tensor(idx, device=device)) for b, idx in by_block.items()]
+    return [(blocks[key], torch.tensor(idx, device=blocks[key].k.device))
+            for key, idx in members.items()]
 
 
 def resolve(future: concurrent.futures.Future, result=None, exception=None) -> None:

@@ -61,7 +61,10 @@ def create_app(engine: HFEngine, model_name: str) -> FastAPI:
     @app.exception_handler(InvalidRequest)
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: Exception) -> JSONResponse:
-        message = str(exc.errors()) if isinstance(exc, RequestValidationError) else str(exc)
+        message = str(exc)
+        if isinstance(exc, RequestValidationError):
+            message = "; ".join(f"{'.'.join(map(str, e['loc'][1:]))}: {e['msg']}"
+                                for e in exc.errors())
         return JSONResponse(status_code=400, content={
             "error": {"message": message, "type": "invalid_request_error"}})
 

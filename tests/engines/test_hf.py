@@ -1,0 +1,137 @@
+"""HFEngine on the real SmolLM2 model: same tokens as plain transformers, exact log-probs,
+continuous batching and prefix reuse that change nothing but speed."""
+
+import asyncio
+
+import pytest
+import torch
+
+from rstar2.engines.base import SamplingParams
+from rstar2.engines.hf import HFEngine, HFEngineConfig, Resident
+
+SYSTEM = "You are a careful assistant. Answer briefly, in one sentence, and stay on topic."
+QUESTIONS = ["What is 2+2?", "Name a primary colour.", "Write a short line about the sea.",
+             "Hi"]
+GREEDY = SamplingParams(temperature=0, max_tokens=12)
+
+
+def chat_ids(tokenizer, question):
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
+@pytest.fixture(scope="module")
+def prompts(tokenizer):
+    return [tokenizer.encode(chat_ids(tokenizer, q), add_special_tokens=False) for q in QUESTIONS]
+
+
+def reference_greedy(model, prompt, max_tokens):
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=max_tokens, do_sample=False,
+                             attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
+    return out[0, len(prompt):].tolist()
+
+
+def reference_logprobs(model, prompt, tokens, temperature=1.0):
+    """Log-probs of ``tokens`` after ``prompt`` from one plain forward pass (no engine)."""
+    with torch.inference_mode():
+        logits = model(torch.tensor([prompt + tokens])).logits[0].float()
+    logprobs = torch.log_softmax(logits / temperature, -1)
+    return [logprobs[len(prompt) - 1 + i, t].item() for i, t in enumerate(tokens)]
+
+
+def generate(engine, prompts, params):
+    return asyncio.run(engine.generate(prompts, params))
+
+
+def test_batched_greedy_equals_plain_generate(hf_engine, prompts):
+    hf_engine.drop_caches()
+    outs = generate(hf_engine, prompts, GREEDY)
+    assert hf_engine.blocks, "the shared system prompt should have become a block"
+    for prompt, out in zip(prompts, outs):
+        expected = reference_greedy(hf_engine.model, prompt, GREEDY.max_tokens)
+        assert out.token_ids == expected[: len(out.token_ids)]
+        ended = out.token_ids[-1] in hf_engine.eos_ids
+        assert out.finish_reason == ("stop" if ended else "length")
+        assert ended or len(out.token_ids) == GREEDY.max_tokens
+
+
+def test_sampled_logprobs_match_a_plain_forward_pass(hf_engine, prompts):
+    params = SamplingParams(temperature=0.7, max_tokens=10)
+    outs = generate(hf_engine, prompts[:2] * 2, params)
+    for prompt, out in zip(prompts[:2] * 2, outs):
+        assert len(out.logprobs) == len(out.token_ids)
+        expected = reference_logprobs(hf_engine.model, prompt, out.token_ids, 0.7)
+        assert out.logprobs == pytest.approx(expected, abs=2e-4)
+
+
+def test_identical_prompts_are_sampled_independently(hf_engine, prompts):
+    outs = generate(hf_engine, [prompts[2]] * 6, SamplingParams(temperature=1.0, max_tokens=8))
+    assert len({tuple(o.token_ids) for o in outs}) > 1
+
+
+def test_next_turn_resumes_the_parked_sequence(hf_engine, prompts, tokenizer):
+    first = generate(hf_engine, [prompts[0]], GREEDY)[0]
+    follow_up = tokenizer.encode("\n<|im_start|>user\nAnd 3+3?<|im_end|>\n<|im_start|>assistant\n",
+                                 add_special_tokens=False)
+    second_prompt = prompts[0] + first.token_ids + follow_up
+    assert isinstance(hf_engine.source(second_prompt), Resident)
+    second = generate(hf_engine, [second_prompt], GREEDY)[0]
+    assert second.token_ids == reference_greedy(hf_engine.model, second_prompt, 12)[
+        : len(second.token_ids)]
+
+
+def test_requests_joining_mid_decode_do_not_disturb_others(hf_engine, prompts):
+    long = SamplingParams(temperature=0, max_tokens=40, stop_token_ids=())
+
+    async def staggered():
+        early = asyncio.ensure_future(hf_engine.generate([prompts[1]], long))
+        await asyncio.sleep(0.5)
+        late = await hf_engine.generate([prompts[3], prompts[2]], GREEDY)
+        return (await early)[0], late
+
+    early, late = asyncio.run(staggered())
+    hf_engine.drop_caches()
+    assert early.token_ids == generate(hf_engine, [prompts[1]], long)[0].token_ids
+    solo = [generate(hf_engine, [p], GREEDY)[0].token_ids for p in (prompts[3], prompts[2])]
+    assert [o.token_ids for o in late] == solo
+
+
+def test_limits_and_stops(hf_engine, prompts, tokenizer):
+    never = generate(hf_engine, [prompts[0]], SamplingParams(temperature=0, max_tokens=30,
+                                                             stop_token_ids=()))[0]
+    assert len(never.token_ids) == 30 and never.finish_reason == "length"
+    greedy = generate(hf_engine, [prompts[0]], SamplingParams(temperature=0, max_tokens=30))[0]
+    text = tokenizer.decode(greedy.token_ids)
+    stop_word = text.split()[2]
+    stopped = generate(hf_engine, [prompts[0]], SamplingParams(
+        temperature=0, max_tokens=30, stop=(stop_word,)))[0]
+    assert stopped.finish_reason == "stop"
+    assert stop_word in tokenizer.decode(stopped.token_ids)
+    assert len(stopped.token_ids) < len(greedy.token_ids)
+    one = generate(hf_engine, [prompts[0]], SamplingParams(temperature=0, max_tokens=1))[0]
+    assert len(one.token_ids) == 1 and one.finish_reason == "length"
+
+
+def test_bad_prompts_are_refused(hf_engine):
+    with pytest.raises(ValueError, match="empty"):
+        generate(hf_engine, [[]], GREEDY)
+    with pytest.raises(ValueError, match="vocabulary"):
+        generate(hf_engine, [[1, 10**7]], GREEDY)
+
+
+def test_parked_sequences_are_bounded(hf_engine, prompts):
+    engine = HFEngine(HFEngineConfig(dtype="float32", max_batch_size=2, max_parked=1),
+                      model=hf_engine.model, tokenizer=hf_engine.tokenizer)
+    try:
+        outs = generate(engine, prompts, GREEDY)
+        assert len(outs) == 4 and len(engine.residents) <= 1 and engine.n_active == 0
+    finally:
+        engine.shutdown()
+
+
+def test_update_weights_keeps_outputs_for_same_weights_and_drops_caches(hf_engine, prompts):
+    before = generate(hf_engine, prompts[:1], GREEDY)[0]
+    hf_engine.update_weights(hf_engine.model.state_dict())
+    assert not hf_engine.residents and not hf_engine.blocks
+    assert generate(hf_engine, prompts[:1], GREEDY)[0].token_ids == before.token_ids
