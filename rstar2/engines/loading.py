@@ -125,6 +125,9 @@ def load_tokenizer(spec: str | os.PathLike):
 def load_model(spec: str | os.PathLike, dtype: str = "float32", device: str = "cpu"):
     """The causal LM of a model spec, in eval mode, on ``device``."""
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # callers show their own progress
 
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, not {dtype!r}")

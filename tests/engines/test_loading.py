@@ -1,0 +1,40 @@
+"""Offline model resolution: the embedded default, GGUF conversion cache, local directories."""
+
+import pytest
+from safetensors.torch import load_file
+
+from rstar2.engines.loading import (ModelNotFound, converted_gguf_dir, default_gguf_path,
+                                    resolve_model_dir)
+
+
+def test_default_resolves_to_a_cached_safetensors_copy(hf_engine):
+    path = resolve_model_dir("default")
+    assert (path / "config.json").is_file() and (path / "model.safetensors").is_file()
+    assert (path / "tokenizer.json").is_file()
+    assert path.name.startswith("SmolLM2-135M-Instruct.Q4_1-")
+    assert "quantization_config" not in (path / "config.json").read_text()
+
+
+def test_a_local_model_directory_is_used_as_is(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    assert resolve_model_dir(tmp_path) == tmp_path
+    assert resolve_model_dir(str(tmp_path)) == tmp_path
+
+
+def test_unknown_models_fail_with_a_clear_message(tmp_path):
+    with pytest.raises(ModelNotFound, match="never downloaded"):
+        resolve_model_dir("HuggingFaceTB/SmolLM2-135M-Instruct")
+    with pytest.raises(ModelNotFound, match="no config.json"):
+        resolve_model_dir(tmp_path)
+
+
+@pytest.mark.slow
+def test_conversion_into_a_fresh_cache_matches_the_shared_copy(tmp_path, monkeypatch):
+    monkeypatch.setenv("RSTAR2_CACHE", str(tmp_path))
+    fresh = converted_gguf_dir(default_gguf_path())
+    assert fresh.parent == tmp_path / "models"
+    assert [p.name for p in fresh.parent.iterdir()] == [fresh.name]  # no staging left behind
+    monkeypatch.delenv("RSTAR2_CACHE")
+    shared = resolve_model_dir("default")
+    a, b = load_file(fresh / "model.safetensors"), load_file(shared / "model.safetensors")
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
