@@ -14,6 +14,7 @@ Order of checks, cheapest first:
 3. the same without percent signs, so that `x\\%` matches both x/100 and the number x.
 """
 
+import functools
 import logging
 import re
 
@@ -43,6 +44,7 @@ _MATH_DELIMITER = re.compile(r"\\boxed|\\fbox|(?<!\\)\$|\\\(|\\\[")
 _DECIMAL_PLACES = re.compile(r"\d\.(\d+)")
 _DEFAULT_FLOAT_ROUNDING = 6
 _FEWEST_DECIMAL_PLACES = 2
+_LONGEST_CACHED_ANSWER = 1_000
 
 
 def equivalent(pred: str | None, gold: str | None) -> bool:
@@ -79,8 +81,8 @@ def symbolically_equivalent(pred: str, gold: str) -> bool:
     if _equation_against_value(pred_parsed[0], gold_parsed[0]):
         return False
     return verify(
-        gold_parsed,
-        pred_parsed,
+        list(gold_parsed),
+        list(pred_parsed),
         float_rounding=float_rounding(pred, gold),
         strict=True,
         allow_set_relation_comp=True,
@@ -115,17 +117,28 @@ def float_rounding(pred: str, gold: str) -> int:
     return min(_DEFAULT_FLOAT_ROUNDING, max(_FEWEST_DECIMAL_PLACES, written))
 
 
-def parse_answer(answer: str) -> list:
+def parse_answer(answer: str) -> tuple:
     """math-verify parses of `answer`: a bare answer as LaTeX math, a text by extraction.
 
     A bare answer is wrapped in `$...$` because math-verify only looks for LaTeX between
     delimiters: unwrapped, `\\frac{1}{2}` is not found and `10, 4, 2` reads as its last
     number. A bare answer that is not LaTeX at all (a sentence) falls back to extraction.
+    Parses of short answers are cached: a group of rollouts shares one gold answer, and
+    often the same final answer; long ones are not, so the cache stays small.
     """
+    if len(answer) <= _LONGEST_CACHED_ANSWER:
+        return _cached_parse(answer)
+    return _parse(answer)
+
+
+def _parse(answer: str) -> tuple:
     if _MATH_DELIMITER.search(answer):
-        return parse(repair_latex(answer), _LATEX_AND_PLAIN, parsing_timeout=None)
+        return tuple(parse(repair_latex(answer), _LATEX_AND_PLAIN, parsing_timeout=None))
     bare = normalize_answer(answer)
     parsed = parse(f"${bare}$", _LATEX, parsing_timeout=None)
     if any(not isinstance(item, str) for item in parsed):
-        return parsed
-    return parse(bare, _LATEX_AND_PLAIN, parsing_timeout=None)
+        return tuple(parsed)
+    return tuple(parse(bare, _LATEX_AND_PLAIN, parsing_timeout=None))
+
+
+_cached_parse = functools.lru_cache(maxsize=4096)(_parse)

@@ -24,7 +24,24 @@ from rstar2.reward.pool import DeadlinePool, Outcome, available_cores
 
 DEFAULT_DEADLINE_S = 2.0
 _EQUIVALENCE = "rstar2.reward.equivalence:equivalent"
-_WARMUP_PAIR = ("\\frac{1}{2}", "0.5")
+# One pair per kind of comparison, run once in the process the workers are forked from, so
+# that sympy's lazy imports and math-verify's caches are paid once, not in every worker.
+_WARMUP_PAIRS = (
+    ("\\frac{1}{2}", "0.5"),
+    ("\\sqrt{8}", "2\\sqrt{2}"),
+    ("(x+1)^2", "x^2+2x+1"),
+    ("\\frac{\\pi}{3}", "1.0472"),
+    ("\\{1, 2\\}", "\\{2, 3\\}"),
+    ("[0, 1)", "(0, 1]"),
+    ("(1, 2)", "(1, 3)"),
+    ("x = 3", "3"),
+    ("y = 2x + 1", "2x + 1 = y"),
+    ("x \\in [-2, 7]", "-2 \\le x \\le 7"),
+    ("\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", "\\begin{pmatrix} 1 \\\\ 3 \\end{pmatrix}"),
+    ("10\\%", "0.1"),
+    ("\\text{(C)}", "C"),
+    ("3 + 2i", "2i + 3"),
+)
 
 
 @dataclass(frozen=True)
@@ -117,7 +134,7 @@ class Grader:
             if self._pool is None:
                 workers = min(self.workers or available_cores(), pending)
                 self._pool = DeadlinePool(
-                    _EQUIVALENCE, workers=workers, deadline_s=self.deadline_s, warmup=_WARMUP_PAIR
+                    _EQUIVALENCE, workers=workers, deadline_s=self.deadline_s, warmup=_WARMUP_PAIRS
                 )
             return self._pool
 

@@ -75,7 +75,7 @@ class _Worker:
 class _Zygote:
     """The warm process that forks workers and ends them on request."""
 
-    def __init__(self, function_path: str, warmup: tuple | None, memory_limit_mb: int):
+    def __init__(self, function_path: str, warmup: Sequence[tuple], memory_limit_mb: int):
         self.function_path = function_path
         pool_end, zygote_end = socket.socketpair()
         command = [
@@ -84,7 +84,7 @@ class _Zygote:
             "rstar2.reward.worker",
             str(zygote_end.fileno()),
             function_path,
-            json.dumps(warmup),
+            json.dumps(list(warmup)),
             str(memory_limit_mb),
         ]
         self.process = subprocess.Popen(
@@ -106,8 +106,8 @@ class _Zygote:
             ) from exc
         return _Worker(pid=pid, connection=connection)
 
-    def end(self, worker: _Worker, kill: bool) -> int:
-        """Stop (if `kill`) and reap `worker`; its exit code."""
+    def end(self, worker: _Worker, kill: bool) -> int | None:
+        """SIGKILL `worker` if `kill` (returns None at once), else reap it (its exit code)."""
         worker.connection.close()
         self.control.send(("kill" if kill else "reap", worker.pid))
         return self.control.recv()
@@ -133,8 +133,8 @@ class DeadlinePool:
     """`workers` concurrent calls of `function_path`, each killed if it overruns `deadline_s`.
 
     `function_path` is `package.module:function`, resolved inside the worker processes only,
-    so the caller never imports the function's (possibly heavy) module. `warmup`, if given,
-    is an argument tuple the function is called with once before any call.
+    so the caller never imports the function's (possibly heavy) module. `warmup` holds
+    argument tuples (JSON-serialisable) the function is called with once, before any call.
     Safe to share between threads: calls to `map` are serialised.
     """
 
@@ -144,7 +144,7 @@ class DeadlinePool:
         *,
         workers: int | None = None,
         deadline_s: float = 2.0,
-        warmup: tuple | None = None,
+        warmup: Sequence[tuple] = (),
         memory_limit_mb: int = 2048,
     ):
         if deadline_s <= 0:
@@ -194,8 +194,8 @@ class DeadlinePool:
                 raise RuntimeError("the pool is closed")
             return _Run(self, argument_tuples, on_outcome).until_done()
 
-    def _replace(self, worker: _Worker, kill: bool) -> int:
-        """Swap `worker` for a fresh one; the old one's exit code."""
+    def _replace(self, worker: _Worker, kill: bool) -> int | None:
+        """Swap `worker` for a fresh one; the old one's exit code, if it ended by itself."""
         exit_code = self._zygote.end(worker, kill=kill)
         self._workers[self._workers.index(worker)] = self._zygote.spawn()
         return exit_code

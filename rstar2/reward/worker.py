@@ -2,18 +2,20 @@
 
 `python -m rstar2.reward.worker FD FUNCTION WARMUP MEMORY_MB` starts the zygote. It talks to
 the pool over the Unix socket whose descriptor it is given; it imports `FUNCTION`
-(`package.module:function`) and calls it once on the JSON `WARMUP` arguments (unless they are
-`null`), so that every worker it forks starts with imports done and caches warm. Then it
+(`package.module:function`) and calls it on each argument list of the JSON list `WARMUP`, so
+that every worker it forks starts with imports done (sympy imports much on first use) and
+caches warm. Then it
 serves requests, one at a time:
 
 - `"spawn"`: fork a worker; reply with its pid, then pass the pool its end of a new socket.
   The worker caps its address space at `MEMORY_MB` (0: no cap) and answers each argument
   tuple it receives with `(value, None)` or `(None, error text)` until its socket closes.
-- `("kill", pid)`: SIGKILL the worker, reap it, reply with its exit code.
+- `("kill", pid)`: SIGKILL the worker and reply at once with None; the kernel tears down
+  its memory in the background, and the zygote reaps it later.
 - `("reap", pid)`: reap a worker that ended by itself, reply with its exit code.
 
-Workers are reaped only on request, so a pid the pool holds can never be reused by another
-process before the pool is done with it. When the pool's socket closes, the zygote kills
+A worker is reaped only after the pool has let go of it, so a pid the pool holds can never
+be reused by another process meanwhile. When the pool's socket closes, the zygote kills
 its remaining workers and exits. Forking is safe here because the zygote runs no threads.
 Nothing is written to stdout (which is the caller's).
 """
@@ -77,30 +79,44 @@ def spawn_worker(control: Connection, function: Callable, memory_mb: int) -> int
     return pid
 
 
-def end_worker(pid: int, kill: bool) -> int:
-    """Reap worker `pid` (after SIGKILL if `kill`); its exit code (negative: killed by signal)."""
-    if kill:
-        os.kill(pid, signal.SIGKILL)
+def reap(pid: int) -> int:
+    """Wait for worker `pid` to end; its exit code (negative: the signal that ended it)."""
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status)
+
+
+def reap_finished(pids: set[int]) -> None:
+    """Reap, without waiting, those of `pids` that have ended; they leave the set."""
+    for pid in list(pids):
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            pids.discard(pid)
 
 
 def run_zygote(control: Connection, function: Callable, memory_mb: int) -> None:
     """Serve the pool's requests (see the module docstring) until its socket closes."""
     workers: set[int] = set()
+    killed: set[int] = set()
     while True:
         try:
             request = control.recv()
         except EOFError:
             break
+        reap_finished(killed)
         if request == "spawn":
             workers.add(spawn_worker(control, function, memory_mb))
+            continue
+        action, pid = request
+        workers.discard(pid)
+        if action == "kill":
+            os.kill(pid, signal.SIGKILL)
+            killed.add(pid)
+            control.send(None)
         else:
-            action, pid = request
-            workers.discard(pid)
-            control.send(end_worker(pid, kill=action == "kill"))
+            control.send(reap(pid))
     for pid in workers:
-        end_worker(pid, kill=True)
+        os.kill(pid, signal.SIGKILL)
+    for pid in workers | killed:
+        reap(pid)
 
 
 def main(argv: list[str]) -> None:
@@ -108,9 +124,8 @@ def main(argv: list[str]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle
     control = Connection(int(descriptor))
     function = resolve(function_path)
-    warmup = json.loads(warmup_json)
-    if warmup is not None:
-        function(*warmup)
+    for arguments in json.loads(warmup_json):
+        function(*arguments)
     run_zygote(control, function, int(memory_mb))
 
 
