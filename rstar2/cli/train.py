@@ -1,0 +1,43 @@
+"""`rstar2 train RECIPE.yaml`: a GRPO-RoC run from a recipe, with dotted overrides and resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rstar2.cli.app import app
+
+
+@app.command()
+def train(
+    recipe: Path = typer.Argument(..., exists=True, dir_okay=False, help="YAML recipe, e.g. "
+                                  "recipes/cpu-demo.yaml or recipes/qwen3-14b-stage1.yaml."),
+    overrides: list[str] = typer.Option(None, "--set", help="Dotted override KEY=VALUE, repeatable, "
+                                        "e.g. --set rl.optimizer.lr=2e-6 --set rl.roc.mode=off."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run from its latest checkpoint "
+                                "(same weights, optimizer, data position and RNG state)."),
+    name: str = typer.Option(None, "--name", help="Run name (the folder under runs_dir); "
+                             "overrides the recipe's `name`."),
+) -> None:
+    """Train with GRPO-RoC: rollouts with the Python tool, Resample-on-Correct, clipped loss.
+
+    Everything goes to runs/<name>/: metrics.jsonl, rollouts/step_N.jsonl, checkpoints/ and,
+    at the end, final/ (a model directory for `rstar2 chat --model` and `rstar2 eval --model`).
+    """
+    from rstar2.rl.config import ConfigError, load_config
+    from rstar2.rl.launch import RunExists
+    from rstar2.rl.launch import train as run_training
+
+    settings = list(overrides or []) + ([f"name={name}"] if name else [])
+    try:
+        config = load_config(recipe, settings)
+    except ConfigError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from error
+    try:
+        final = run_training(config, resume=resume)
+    except RunExists as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from error
+    typer.echo(f"done: metrics in {config.run_dir / 'metrics.jsonl'}, trained model in {final}")

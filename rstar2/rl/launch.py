@@ -1,0 +1,103 @@
+"""Everything a training run needs around the trainer: the run folder, the policy, the engine,
+the sandbox and the grader, built from a ``RunConfig``; closed again when the run ends.
+
+    final_dir = train(config, resume=False)
+
+Contract: a run folder that already holds checkpoints is only continued with ``resume``, never
+silently overwritten; the resolved configuration is written to ``<run>/config.yaml``; the
+embedded engine is colocated (it samples from the trainer's own model, one process, CPU or one
+GPU); the sandbox is the configured services or a private local one; at the end the trained
+policy is saved as a plain model directory ``<run>/final``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+
+from rstar2.agent.prompt import ChatFormat, PromptConfig
+from rstar2.data.problems import Problem, read_problems
+from rstar2.engines.hf import HFEngine, HFEngineConfig
+from rstar2.engines.loading import load_tokenizer
+from rstar2.reward import Grader
+from rstar2.rl.checkpoint import latest_checkpoint
+from rstar2.rl.config import RunConfig
+from rstar2.rl.policy import load_policy, save_policy
+from rstar2.rl.trainer import Trainer
+from rstar2.sandbox import SandboxClient, local_sandbox
+
+
+class RunExists(RuntimeError):
+    """The run folder holds another run's checkpoints and ``resume`` was not asked for."""
+
+
+def train(config: RunConfig, resume: bool = False, console: Console | None = None) -> Path:
+    """Run (or continue) the training ``config`` describes; returns the final model directory."""
+    console = console or Console()
+    check_run_dir(config, resume)
+    config.run_dir.mkdir(parents=True, exist_ok=True)
+    (config.run_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    if config.rollout.engine != "embedded":
+        raise NotImplementedError("this trainer runs the colocated embedded engine; "
+                                  "rollout.engine 'vllm' needs the distributed trainer")
+    tokenizer = load_tokenizer(config.model.path)
+    problems = training_problems(config, tokenizer)
+    model = load_policy(config.model)
+    engine = rollout_engine(config, model, tokenizer)
+    with contextlib.ExitStack() as stack:
+        stack.callback(engine.shutdown)
+        urls = list(config.rollout.sandbox_urls) or [
+            stack.enter_context(local_sandbox(workers=config.rollout.sandbox_workers,
+                                              timeout_s=config.rollout.tool_timeout_s))]
+        grader = stack.enter_context(Grader(workers=1))
+        asyncio.run(run_trainer(config, model, tokenizer, engine, urls, grader, problems, resume, console))
+    return save_policy(model, tokenizer, config.run_dir / "final")
+
+
+def rollout_engine(config: RunConfig, model, tokenizer) -> HFEngine:
+    """The embedded engine: on the trainer's model itself, or on its own copy of the weights
+    in ``rollout.engine_dtype`` (filled by the trainer's first weight push)."""
+    engine_dtype = config.rollout.engine_dtype
+    if engine_dtype is not None and config.model.lora is not None:
+        raise ValueError("rollout.engine_dtype needs full fine-tuning: with model.lora the engine "
+                         "shares the trainer's model (leave engine_dtype null)")
+    settings = HFEngineConfig(model=config.model.path, dtype=engine_dtype or config.model.dtype,
+                              max_batch_size=config.rl.prompts_per_step * config.rl.rollouts_per_prompt,
+                              seed=config.seed)
+    if engine_dtype is None:
+        return HFEngine(settings, model=model, tokenizer=tokenizer)
+    return HFEngine(settings, tokenizer=tokenizer)
+
+
+async def run_trainer(config, model, tokenizer, engine, urls, grader, problems, resume, console) -> None:
+    async with SandboxClient(urls) as sandbox:
+        trainer = Trainer(config, model, tokenizer, engine, sandbox, grader, problems, console)
+        trainer.restore(resume)
+        if trainer.completed_steps:
+            console.print(f"resuming {config.run_dir} after step {trainer.completed_steps}")
+        await trainer.run()
+
+
+def check_run_dir(config: RunConfig, resume: bool) -> None:
+    if not resume and latest_checkpoint(config.run_dir / "checkpoints") is not None:
+        raise RunExists(f"{config.run_dir} already holds checkpoints: pass --resume to continue "
+                        "that run, or --name to start another")
+
+
+def training_problems(config: RunConfig, tokenizer) -> list[Problem]:
+    """The training set: ``data.train``, cut to ``data.keep_ids`` when given, without problems
+    whose prompt exceeds ``data.max_prompt_tokens``."""
+    problems = read_problems(config.data.train)
+    if config.data.keep_ids:
+        keep = set(Path(config.data.keep_ids).read_text().split())
+        problems = [p for p in problems if p.id in keep]
+    chat = ChatFormat(tokenizer, PromptConfig(variant=config.rollout.prompt))
+    problems = [p for p in problems if len(chat.prompt_ids(p.problem)) <= config.data.max_prompt_tokens]
+    if not problems:
+        raise ValueError(f"{config.data.train}: no training problem fits data.max_prompt_tokens "
+                         f"({config.data.max_prompt_tokens}) and data.keep_ids")
+    return problems

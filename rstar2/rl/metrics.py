@@ -1,0 +1,62 @@
+"""The numbers a training step reports, computed from its rollouts, RoC decisions and update.
+
+    metrics = step_metrics(groups, decisions, stats, grad_norm, lr, timings)
+
+Names are ``section/quantity``. Over every sampled rollout: ``reward/accuracy`` (share
+correct), ``tools/*`` and ``roc/*_penalty_mean`` (``roc.rollout_metrics``; the paper's Fig. 4
+quantity is ``tools/error_ratio_in_positives``), ``tools/call_rate`` (share of rollouts with a
+call), ``response/length_mean|max`` (response tokens, tool responses included) and
+``response/truncated_ratio``. Over the kept rollouts, the ones the update saw: ``reward/mean``.
+Then RoC's group counts (``roc.decision_counts``), the loss stats of the update (entropy, clip
+fractions, ...), ``train/grad_norm``, ``train/lr`` and ``time/*`` seconds by phase.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from rstar2.agent.trajectory import Trajectory
+from rstar2.rl.loss import LossStats
+from rstar2.rl.roc import GroupDecision, RolloutSummary, decision_counts, rollout_metrics
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One sampled rollout with what the step learned about it."""
+
+    trajectory: Trajectory
+    facts: RolloutSummary
+
+
+def step_metrics(
+    groups: Sequence[Sequence[Rollout]],
+    decisions: Sequence[GroupDecision],
+    stats: LossStats | None,
+    grad_norm: float | None,
+    lr: float,
+    timings: Mapping[str, float],
+) -> dict[str, float]:
+    """Every metric of one step (see the module docstring); the update's entries are absent
+    when every group was dropped and no update ran."""
+    rollouts = [rollout for group in groups for rollout in group]
+    facts = [rollout.facts for rollout in rollouts]
+    kept = [group[i].facts for group, d in zip(groups, decisions) for i in d.kept]
+    lengths = [len(rollout.trajectory.response_ids) for rollout in rollouts]
+    n = max(len(rollouts), 1)
+    metrics = {
+        "reward/accuracy": sum(f.reward for f in facts) / n,
+        "reward/mean": sum(f.reward for f in kept) / len(kept) if kept else 0.0,
+        "tools/call_rate": sum(f.tool_calls > 0 for f in facts) / n,
+        **rollout_metrics(facts),
+        "response/length_mean": sum(lengths) / n,
+        "response/length_max": float(max(lengths, default=0)),
+        "response/truncated_ratio": sum(r.trajectory.truncated for r in rollouts) / n,
+        **decision_counts(decisions),
+        "train/lr": lr,
+    }
+    if stats is not None:
+        metrics.update(stats.summary())
+        metrics["train/grad_norm"] = float(grad_norm)
+    metrics.update({f"time/{phase}": seconds for phase, seconds in timings.items()})
+    return metrics

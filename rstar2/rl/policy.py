@@ -1,0 +1,64 @@
+"""The trained policy: loading it, optional LoRA, and saving it as a model directory.
+
+    model = load_policy(config.model)          # train mode, trainable parameters set
+    save_policy(model, tokenizer, run_dir / "final")
+
+``load_policy`` loads the starting weights with the engines' loader (so 'default', GGUF files
+and local directories mean what they mean everywhere) in the configured dtype. With
+``model.lora`` the weights are frozen and peft adapters are added to the target layers; the
+adapter weights are kept in float32 whatever the base dtype, since AdamW updates of size lr·g
+vanish in bfloat16's 8-bit mantissa.
+
+``save_policy`` writes a plain transformers directory (adapters merged into the weights), so a
+trained model is used like any other: ``rstar2 chat --model runs/<name>/final``. It is
+written to a temporary directory and renamed, so a killed save never leaves half a model.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+from pathlib import Path
+
+import torch
+
+from rstar2.engines.loading import load_model
+from rstar2.rl.config import ModelConfig
+
+
+def load_policy(config: ModelConfig) -> torch.nn.Module:
+    """The policy in train mode, with LoRA adapters when configured."""
+    model = load_model(config.path, config.dtype)
+    if config.lora is not None:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(
+            r=config.lora.rank, lora_alpha=config.lora.alpha, lora_dropout=config.lora.dropout,
+            target_modules=list(config.lora.target_modules),
+        ))
+        for parameter in model.parameters():
+            if parameter.requires_grad:
+                parameter.data = parameter.data.float()
+    if config.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        if config.lora is not None:
+            model.enable_input_require_grads()
+    return model.train()
+
+
+def is_lora(model: torch.nn.Module) -> bool:
+    return hasattr(model, "merge_and_unload")
+
+
+def save_policy(model: torch.nn.Module, tokenizer, target: str | Path) -> Path:
+    """Write ``model`` (LoRA merged) and ``tokenizer`` as a transformers directory at ``target``."""
+    target = Path(target)
+    staging = target.with_name(f".tmp-{target.name}")
+    shutil.rmtree(staging, ignore_errors=True)
+    plain = copy.deepcopy(model).merge_and_unload() if is_lora(model) else model
+    plain.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    if target.exists():
+        shutil.rmtree(target)
+    staging.rename(target)
+    return target

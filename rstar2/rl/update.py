@@ -1,0 +1,118 @@
+"""One optimizer update from a set of kept rollouts: micro-batches, gradient accumulation, clip.
+
+    stats, grad_norm = policy_update(model, optimizer, scheduler, sequences, update_config)
+
+Every micro-batch's loss is divided by the loss tokens of *all* ``sequences`` (``policy_loss``'s
+``token_count``), so accumulating their gradients gives the token-level mean of Eq. 6 over the
+whole update, whatever the micro-batch size. Log-probs are taken at the rollout temperature, the
+distribution the tokens were sampled from, so the ratio is 1 before the first update.
+
+``recompute_logprobs`` re-scores sequences under the current weights without gradients: the old
+log-probs when the policy moved since sampling (an engine holding another copy of the weights,
+or a later mini-batch of the same step), and the reference log-probs of the KL option.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from rstar2.rl.batch import TrainSequence, collate, micro_batches, response_logits
+from rstar2.rl.config import LossConfig
+from rstar2.rl.loss import LossStats, policy_loss, token_entropy, token_logprobs
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    """What an update needs besides the model and the data."""
+
+    loss: LossConfig
+    temperature: float
+    micro_batch_tokens: int
+    max_grad_norm: float
+    pad_id: int
+    compute_dtype: str = "float32"
+    """'bfloat16': forward and backward under ``torch.autocast`` (mixed precision)."""
+
+
+def autocast(model: torch.nn.Module, compute_dtype: str):
+    """The mixed-precision context of ``compute_dtype`` (a no-op for float32)."""
+    device = next(model.parameters()).device.type
+    return torch.autocast(device, dtype=torch.bfloat16, enabled=compute_dtype == "bfloat16")
+
+
+def policy_update(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    sequences: Sequence[TrainSequence],
+    settings: UpdateSettings,
+    reference: torch.nn.Module | None = None,
+) -> tuple[LossStats, float]:
+    """Backpropagate the GRPO-RoC loss of ``sequences`` and step the optimizer once; returns
+    the summed loss stats and the gradient norm before clipping."""
+    token_count = float(sum(s.loss_tokens for s in sequences))
+    stats = LossStats()
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    for batch in micro_batches(sequences, settings.micro_batch_tokens):
+        ref = recompute_logprobs(reference, batch, settings) if reference is not None else None
+        tensors = collate(batch, settings.pad_id)
+        with autocast(model, settings.compute_dtype):
+            logits = response_logits(model, tensors)
+        logprobs = token_logprobs(logits, tensors.response_ids, settings.temperature)
+        loss, batch_stats = policy_loss(
+            logprobs, tensors.old_logprobs, tensors.advantages, tensors.loss_mask, settings.loss,
+            token_count=token_count, ref_logprobs=ref, entropy=batch_entropy(logits, settings),
+        )
+        loss.backward()
+        stats = stats + batch_stats
+        del logits, logprobs, loss
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    grad_norm = torch.nn.utils.clip_grad_norm_(trainable, settings.max_grad_norm)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return stats, float(grad_norm)
+
+
+def batch_entropy(logits: torch.Tensor, settings: UpdateSettings) -> torch.Tensor:
+    """Per-token entropy: only measured (no gradient) unless the loss has an entropy term."""
+    if settings.loss.entropy_coef > 0:
+        return token_entropy(logits, settings.temperature)
+    with torch.no_grad():
+        return token_entropy(logits, settings.temperature)
+
+
+@torch.no_grad()
+def recompute_logprobs(
+    model: torch.nn.Module, sequences: Sequence[TrainSequence], settings: UpdateSettings
+) -> torch.Tensor:
+    """Log-probs of the response tokens of ``sequences`` (one micro-batch, in the given order,
+    right-aligned as ``collate`` lays them out) under ``model``'s current weights."""
+    was_training = model.training
+    model.eval()
+    tensors = collate(sequences, settings.pad_id)
+    with autocast(model, settings.compute_dtype):
+        logits = response_logits(model, tensors)
+    logprobs = token_logprobs(logits, tensors.response_ids, settings.temperature)
+    model.train(was_training)
+    return torch.where(tensors.loss_mask.bool(), logprobs, 0.0)
+
+
+def with_current_logprobs(
+    model: torch.nn.Module, sequences: Sequence[TrainSequence], settings: UpdateSettings
+) -> list[TrainSequence]:
+    """``sequences`` (reordered by length) with their old log-probs replaced by the current
+    policy's."""
+    result = []
+    for batch in micro_batches(sequences, settings.micro_batch_tokens):
+        logprobs = recompute_logprobs(model, batch, settings)
+        for row, sequence in enumerate(batch):
+            width = len(sequence.response_ids)
+            fresh = logprobs[row, logprobs.shape[1] - width:].tolist()
+            result.append(dataclasses.replace(sequence, old_logprobs=fresh))
+    return result
