@@ -1,0 +1,215 @@
+"""``rstar2 demo``: the paper's recipe in miniature on the embedded SmolLM2-135M-Instruct, on CPU.
+
+    report = run_demo(DemoSettings())
+
+1. **Data.** Seeded templates (``rstar2.sft``) make three disjoint problem sets: SFT (basic),
+   RL (hard: larger numbers, two-step variants) and held-out (half of each level).
+2. **Cold-start SFT.** Scripted tool-use traces played through the real agent loop and sandbox
+   (one in ``sft_broken_every`` fixes a failing first program); cross-entropy on the assistant's
+   tokens.
+3. **GRPO-RoC** with the recipe (``recipes/cpu-demo.yaml``) on the RL set, through the same
+   ``Trainer`` as ``rstar2 train``.
+4. **Evaluation** of the base, the SFT-only and the final model on the held-out set, greedy, with
+   the eval harness (``rstar2.eval.runner``); curves of the RL phase as ``curves.png``.
+
+Everything lands in ``runs/<name>/``: ``data/``, ``sft/`` and ``final/`` model directories, the
+RL run's ``metrics.jsonl``, ``rollouts/`` and ``checkpoints/``, ``eval/{base,sft,final}/``,
+``curves.png`` and ``summary.json``. One fp32 policy is trained throughout; a bfloat16 copy in
+the embedded engine samples rollouts and answers the evaluations (weights pushed before each).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+from rich.console import Console
+
+from rstar2.agent.prompt import PromptConfig
+from rstar2.agent.rollout import Agent, RolloutConfig
+from rstar2.data.benchmarks import load_benchmark
+from rstar2.data.problems import read_problems
+from rstar2.demo.plot import plot_curves
+from rstar2.engines.loading import load_tokenizer
+from rstar2.eval.launch import agent_solver
+from rstar2.eval.runner import SAMPLES_JSONL, EvalSettings, run_eval
+from rstar2.eval.samples import read_outcomes
+from rstar2.reward import Grader
+from rstar2.rl.config import RunConfig, load_config
+from rstar2.rl.launch import rollout_engine
+from rstar2.rl.policy import load_policy, save_policy
+from rstar2.rl.runlog import read_metrics
+from rstar2.rl.trainer import Trainer
+from rstar2.sandbox import SandboxClient, local_sandbox
+from rstar2.sft.dataset import sft_traces, split_tasks, write_problems, write_traces
+from rstar2.sft.train import SFTSettings, sft_train
+
+DEFAULT_RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "cpu-demo.yaml"
+
+
+class DemoSettings(BaseModel):
+    recipe: str = Field(str(DEFAULT_RECIPE), description="The RL phase's recipe.")
+    overrides: list[str] = Field(default_factory=list, description="Dotted overrides of the recipe.")
+    name: str | None = Field(None, description="Run name; default: the recipe's name.")
+    sft_problems: int = Field(160, ge=1, description="SFT traces (basic problems).")
+    sft_broken_every: int = Field(5, ge=0, description="Every k-th trace fixes a failing first call.")
+    rl_problems: int = Field(400, ge=1, description="RL training problems (hard).")
+    heldout_problems: int = Field(60, ge=2, description="Held-out problems, half basic, half hard.")
+    sft: SFTSettings = Field(default_factory=lambda: SFTSettings(
+        epochs=2, batch_size=8, lr=1e-4, warmup_steps=4, compute_dtype="bfloat16"))
+    eval_max_tokens: int = Field(320, ge=16, description="Token budget of a held-out answer.")
+    eval_max_turns: int = Field(3, ge=1, description="Assistant turns of a held-out answer.")
+
+
+class Phase(BaseModel):
+    """What one evaluated model achieved on the held-out set."""
+
+    accuracy: float
+    tool_call_rate: float
+    tool_error_ratio: float
+    results: str
+
+
+def run_demo(settings: DemoSettings, console: Console | None = None) -> dict:
+    """Run the whole demo (module docstring); returns the summary also written to summary.json."""
+    console = console or Console()
+    started = time.perf_counter()
+    config = demo_config(settings)
+    run_dir = config.run_dir
+    if (run_dir / "summary.json").exists() or (run_dir / "checkpoints").exists():
+        raise FileExistsError(f"{run_dir} holds an earlier demo; pass --name to start another")
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(local_sandbox(workers=config.rollout.sandbox_workers,
+                                                timeout_s=config.rollout.tool_timeout_s))
+        grader = stack.enter_context(Grader(workers=1))
+        summary = asyncio.run(phases(settings, config, url, grader, console))
+    summary["wall_time_s"] = time.perf_counter() - started
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    console.print(closing_note(summary, run_dir))
+    return summary
+
+
+def demo_config(settings: DemoSettings) -> RunConfig:
+    """The recipe with the demo's overrides; its training set is the demo's own RL file."""
+    recipe = load_config(settings.recipe, settings.overrides)
+    name = settings.name or recipe.name
+    data = Path(recipe.runs_dir) / name / "data" / "rl_train.jsonl"
+    return load_config(settings.recipe, [*settings.overrides, f"name={name}", f"data.train={data}"])
+
+
+async def phases(settings: DemoSettings, config: RunConfig, url: str, grader: Grader, console: Console) -> dict:
+    run_dir = config.run_dir
+    prompt = PromptConfig(variant=config.rollout.prompt)
+    tokenizer = load_tokenizer(config.model.path)
+    timings: dict[str, float] = {}
+    async with SandboxClient([url]) as sandbox:
+        clock = time.perf_counter()
+        splits = split_tasks(config.seed, settings.sft_problems, settings.rl_problems, settings.heldout_problems)
+        traces = await sft_traces(splits.sft, tokenizer, sandbox, prompt, settings.sft_broken_every)
+        write_traces(run_dir / "data" / "sft_traces.jsonl", traces)
+        write_problems(run_dir / "data" / "sft_problems.jsonl", splits.sft)
+        write_problems(Path(config.data.train), splits.rl)
+        heldout = write_problems(run_dir / "data" / "heldout.jsonl", splits.heldout)
+        model = load_policy(config.model)
+        engine = rollout_engine(config, model, tokenizer)
+        timings["data"] = time.perf_counter() - clock
+        console.print(f"[bold]data[/]: {len(traces)} SFT traces, {len(splits.rl)} RL problems, "
+                      f"{len(splits.heldout)} held-out problems in {run_dir / 'data'}")
+        try:
+            evaluate = Evaluator(settings, engine, tokenizer, sandbox, grader, prompt, heldout, run_dir, console)
+            base = await evaluate("base", model)
+            clock = time.perf_counter()
+            pad_id = tokenizer.pad_token_id or 0
+            losses = sft_train(model, traces, settings.sft, pad_id,
+                               on_step=lambda s, n, loss: show_sft_step(console, s, n, loss))
+            timings["sft"] = time.perf_counter() - clock
+            save_policy(model, tokenizer, run_dir / "sft")
+            sft = await evaluate("sft", model)
+            clock = time.perf_counter()
+            trainer = Trainer(config, model, tokenizer, engine, sandbox, grader,
+                              read_problems(config.data.train), console)
+            trainer.restore(resume=False)
+            await trainer.run()
+            timings["rl"] = time.perf_counter() - clock
+            save_policy(model, tokenizer, run_dir / "final")
+            final = await evaluate("final", model)
+        finally:
+            engine.shutdown()
+    rows = read_metrics(run_dir)
+    plot_curves(rows, run_dir / "curves.png", f"GRPO-RoC on SmolLM2-135M ({config.name})")
+    return summary_of(base, sft, final, rows, losses, timings | evaluate.seconds)
+
+
+def show_sft_step(console: Console, step: int, total: int, loss: float) -> None:
+    if step % 5 == 0 or step == total:
+        console.print(f"sft step {step}/{total}  loss {loss:.3f}", highlight=False)
+
+
+class Evaluator:
+    """Greedy answers of the current weights to the held-out set, through the eval harness."""
+
+    def __init__(self, settings, engine, tokenizer, sandbox, grader, prompt, heldout, run_dir, console):
+        self.engine, self.grader, self.run_dir, self.console = engine, grader, run_dir, console
+        self.benchmark = load_benchmark(str(heldout))
+        rollout = RolloutConfig(max_turns=settings.eval_max_turns, max_response_tokens=settings.eval_max_tokens,
+                                temperature=0.0, prompt=prompt)
+        self.solve = agent_solver(Agent(engine, tokenizer, sandbox, rollout))
+        self.settings = EvalSettings(benchmarks=[str(heldout)], n=1, temperature=0.0,
+                                     max_tokens=settings.eval_max_tokens, max_turns=settings.eval_max_turns,
+                                     concurrency=len(self.benchmark.problems))
+        self.seconds: dict[str, float] = {}
+
+    async def __call__(self, label: str, model) -> Phase:
+        started = time.perf_counter()
+        self.engine.update_weights(model.state_dict())
+        out = self.run_dir / "eval" / label
+        document = await run_eval(self.settings, [self.benchmark], self.solve, out, show_progress=False,
+                                  grader=self.grader)
+        outcomes = list(read_outcomes(out / SAMPLES_JSONL).values())
+        entry = document["benchmarks"][self.benchmark.name]
+        phase = Phase(accuracy=entry["avg"], tool_call_rate=sum(o.tool_calls > 0 for o in outcomes) / len(outcomes),
+                      tool_error_ratio=entry["tool_error_ratio"], results=str(out / "results.md"))
+        self.seconds[f"eval_{label}"] = time.perf_counter() - started
+        self.console.print(f"[bold]eval {label}[/]: held-out accuracy {100 * phase.accuracy:.1f}%, "
+                           f"tool-call rate {100 * phase.tool_call_rate:.0f}%, "
+                           f"({self.seconds[f'eval_{label}']:.0f} s)")
+        return phase
+
+
+def summary_of(base: Phase, sft: Phase, final: Phase, rows: list[dict], sft_losses: list[float],
+               timings: dict[str, float]) -> dict:
+    """The demo's figures: held-out results per phase, and the RL curves' start and end."""
+    def first_last(key: str) -> list[float]:
+        values = [row[key] for row in rows if key in row]
+        return [values[0], values[-1]] if values else []
+
+    return {
+        "heldout": {"base": base.model_dump(), "sft": sft.model_dump(), "final": final.model_dump()},
+        "sft_loss_first_last": [sft_losses[0], sft_losses[-1]],
+        "rl_steps": len(rows),
+        "rl_accuracy_first_last": first_last("reward/accuracy"),
+        "rl_tool_error_in_positives_first_last": first_last("tools/error_ratio_in_positives"),
+        "rl_seconds_per_step": sum(row["time/step"] for row in rows) / max(len(rows), 1),
+        "phase_seconds": timings,
+    }
+
+
+def closing_note(summary: dict, run_dir: Path) -> str:
+    held = summary["heldout"]
+    pct = {name: f"{100 * phase['accuracy']:.1f}%" for name, phase in held.items()}
+    err = summary["rl_tool_error_in_positives_first_last"]
+    err_text = f"{err[0]:.3f} -> {err[1]:.3f}" if err else "n/a"
+    return (
+        f"\n[bold]held-out accuracy[/]: base {pct['base']} -> SFT {pct['sft']} -> SFT+RL {pct['final']}\n"
+        f"tool-call rate: base {held['base']['tool_call_rate']:.0%}, SFT {held['sft']['tool_call_rate']:.0%}, "
+        f"SFT+RL {held['final']['tool_call_rate']:.0%}\n"
+        f"RL: {summary['rl_steps']} steps, {summary['rl_seconds_per_step']:.1f} s/step, "
+        f"tool-error ratio in correct rollouts {err_text}\n"
+        f"wall time {summary['wall_time_s'] / 60:.1f} min\n"
+        f"run folder {run_dir}: curves.png, summary.json, metrics.jsonl, rollouts/, eval/*/results.md, "
+        f"models sft/ and final/ (rstar2 chat --model {run_dir / 'final'})"
+    )
