@@ -10,7 +10,8 @@ Failure policy, which is deliberately loud:
 * 503 (queue full) -> wait ``Retry-After`` (with jitter) and send again, to the next server,
   for up to ``overload_wait_s`` in total;
 * transport errors (refused, reset, timed out) -> the server is marked down for a while and
-  the batch retried on the next server with exponential back-off, ``retries`` times;
+  the calls not yet answered are retried on the next server with exponential back-off,
+  ``retries`` times (a call may then run twice: snippets are expected to be repeatable);
 * anything else, or retries exhausted -> ``SandboxUnavailable`` / ``SandboxError`` raised to
   every caller of the batch. A service that cannot be reached never becomes a fake tool output.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import random
 import time
 from collections.abc import Sequence
@@ -112,16 +114,14 @@ class SandboxClient:
             task.add_done_callback(self.in_flight.discard)
 
     async def send(self, batch: list[tuple[RunRequest, asyncio.Future]]) -> None:
+        """Run a batch, handing each caller its result as soon as the server streams it."""
+        unanswered = dict(enumerate(batch))
         try:
-            results = await self.post_batch([request for request, _ in batch])
+            await self.stream_batch(unanswered)
         except Exception as error:  # noqa: BLE001 -- handed to every waiting caller
-            for _, future in batch:
+            for _, future in unanswered.values():
                 if not future.done():
                     future.set_exception(error)
-            return
-        for (_, future), result in zip(batch, results):
-            if not future.done():
-                future.set_result(result)
 
     def pick_server(self) -> int:
         """Round-robin over servers, skipping those recently found down (unless all are)."""
@@ -132,17 +132,37 @@ class SandboxClient:
                 return index
         return min(range(len(self.urls)), key=self.down_until.__getitem__)
 
-    async def post_batch(self, requests: list[RunRequest]) -> list[RunResult]:
-        body = {"requests": [r.model_dump(exclude_none=True) for r in requests]}
+    async def stream_batch(self, unanswered: dict[int, tuple[RunRequest, asyncio.Future]]) -> None:
+        """Send the unanswered calls to a server until all are answered (see module docstring).
+
+        Results arrive one JSON line each, in completion order, so one slow call does not hold
+        back the others. A connection lost midway resends only what was not answered.
+        """
         transport_failures, overload_deadline = 0, time.monotonic() + self.overload_wait_s
         errors: list[str] = []
-        while True:
-            index = self.pick_server()
-            url = self.urls[index]
+        while unanswered:
+            order = list(unanswered)
+            body = {"requests": [unanswered[i][0].model_dump(exclude_none=True) for i in order]}
+            server = self.pick_server()
+            url = self.urls[server]
             try:
-                response = await self.http.post(f"{url}/run_batch", json=body)
+                async with self.http.stream("POST", f"{url}/run_batch", params={"stream": "true"}, json=body) as response:
+                    if response.status_code == 503:
+                        if time.monotonic() > overload_deadline:
+                            raise SandboxUnavailable(f"sandbox servers overloaded for {self.overload_wait_s:g}s")
+                        await asyncio.sleep(float(response.headers.get("Retry-After", 1)) * random.uniform(0.5, 1.5))
+                        continue
+                    if response.status_code != 200:
+                        text = (await response.aread()).decode(errors="replace")
+                        raise SandboxError(f"{url}/run_batch answered {response.status_code}: {text[:500]}")
+                    async for line in response.aiter_lines():
+                        if line:
+                            answer = json.loads(line)
+                            _, future = unanswered.pop(order[answer["index"]])
+                            if not future.done():
+                                future.set_result(RunResult(**answer["result"]))
             except httpx.TransportError as error:
-                self.down_until[index] = time.monotonic() + DOWN_FOR_S
+                self.down_until[server] = time.monotonic() + DOWN_FOR_S
                 errors.append(f"{url}: {type(error).__name__}: {error}")
                 transport_failures += 1
                 if transport_failures > self.retries:
@@ -152,15 +172,5 @@ class SandboxClient:
                     ) from error
                 await asyncio.sleep(self.backoff_s * 2 ** (transport_failures - 1) * random.uniform(0.5, 1.5))
                 continue
-            if response.status_code == 503:
-                if time.monotonic() > overload_deadline:
-                    raise SandboxUnavailable(f"sandbox servers overloaded for {self.overload_wait_s:g}s")
-                retry_after = float(response.headers.get("Retry-After", 1))
-                await asyncio.sleep(retry_after * random.uniform(0.5, 1.5))
-                continue
-            if response.status_code != 200:
-                raise SandboxError(f"{url}/run_batch answered {response.status_code}: {response.text[:500]}")
-            results = response.json()["results"]
-            if len(results) != len(requests):
-                raise SandboxError(f"{url} answered {len(results)} results for {len(requests)} requests")
-            return [RunResult(**r) for r in results]
+            if unanswered and len(unanswered) == len(order):
+                raise SandboxError(f"{url} closed the result stream without answering")

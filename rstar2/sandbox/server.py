@@ -1,7 +1,8 @@
 """The code environment service over HTTP (FastAPI; the OpenAPI schema is at /openapi.json).
 
 * ``POST /run``        one ``RunRequest`` -> one ``RunResult``
-* ``POST /run_batch``  ``{"requests": [...]}`` -> ``{"results": [...]}`` in the same order
+* ``POST /run_batch``  ``{"requests": [...]}`` -> ``{"results": [...]}`` in the same order;
+  ``?stream=true`` streams ``{"index", "result"}`` lines as calls finish (what the client uses)
 * ``GET  /health``     workers alive, queue depth, isolation mode
 * ``GET  /metrics``    Prometheus text
 
@@ -12,11 +13,12 @@ When the queue cannot take a request (or a whole batch) the answer is an immedia
 from __future__ import annotations
 
 import asyncio
+import json
 from contextlib import asynccontextmanager
 
 import uvicorn
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from rstar2.sandbox.isolation import check_isolation
 from rstar2.sandbox.metrics import SandboxMetrics
@@ -32,6 +34,15 @@ def overloaded() -> JSONResponse:
         status_code=503,
         headers={"Retry-After": str(RETRY_AFTER_S)},
     )
+
+
+async def results_as_completed(futures: list[asyncio.Future]):
+    index = {future: i for i, future in enumerate(futures)}
+    pending = set(futures)
+    while pending:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for future in done:
+            yield json.dumps({"index": index[future], "result": future.result().model_dump()}) + "\n"
 
 
 def create_app(config: PoolConfig) -> FastAPI:
@@ -63,11 +74,15 @@ def create_app(config: PoolConfig) -> FastAPI:
         return await future
 
     @app.post("/run_batch", response_model=BatchResponse, responses={503: {"description": "queue full"}})
-    async def run_batch(batch: BatchRequest):
+    async def run_batch(batch: BatchRequest, stream: bool = False):
+        """All results in order; with ``?stream=true``, one JSON line ``{"index", "result"}``
+        per call as soon as it finishes, so one slow call does not hold back the rest."""
         try:
             futures = pool.submit_many(batch.requests)
         except QueueFull:
             return overloaded()
+        if stream:
+            return StreamingResponse(results_as_completed(futures), media_type="application/x-ndjson")
         return BatchResponse(results=list(await asyncio.gather(*futures)))
 
     @app.get("/health")

@@ -11,13 +11,13 @@ from rstar2.sandbox.local import free_port
 async def test_concurrent_calls_are_batched_and_answered_in_place(sandbox_url):
     async with SandboxClient(sandbox_url, max_batch=8) as client:
         sent = []
-        original = client.post_batch
+        original = client.stream_batch
 
-        async def spy(requests):
-            sent.append(len(requests))
-            return await original(requests)
+        async def spy(unanswered):
+            sent.append(len(unanswered))
+            return await original(unanswered)
 
-        client.post_batch = spy
+        client.stream_batch = spy
         results = await asyncio.gather(*(client.run(f"print({i} ** 2)") for i in range(20)))
     assert [r.stdout for r in results] == [f"{i ** 2}\n" for i in range(20)]
     assert sum(sent) == 20 and max(sent) == 8 and len(sent) < 20
@@ -37,13 +37,13 @@ async def test_calls_spread_over_servers_and_survive_one_down():
     with local_sandbox(workers=1) as first, local_sandbox(workers=1) as second:
         async with SandboxClient([dead, first, second], max_batch=4, backoff_s=0.01) as client:
             served = []
-            original = client.http.post
+            original = client.http.stream
 
-            async def spy(url, **kwargs):
+            def spy(method, url, **kwargs):
                 served.append(url.rsplit("/", 1)[0])
-                return await original(url, **kwargs)
+                return original(method, url, **kwargs)
 
-            client.http.post = spy
+            client.http.stream = spy
             results = await asyncio.gather(*(client.run(f"print({i})") for i in range(40)))
             first_wave = len(served)
             again = await asyncio.gather(*(client.run(f"print({i})") for i in range(40)))
@@ -62,3 +62,17 @@ async def test_unreachable_service_raises_instead_of_faking_output():
 def test_client_needs_a_url():
     with pytest.raises(ValueError):
         SandboxClient([])
+
+
+async def test_a_slow_call_does_not_hold_back_its_batch(sandbox_url):
+    async with SandboxClient(sandbox_url) as client:
+        async def timed(code, timeout_s=None):
+            started = asyncio.get_running_loop().time()
+            result = await client.run(code, timeout_s=timeout_s)
+            return result, asyncio.get_running_loop().time() - started
+
+        (slow, slow_s), (fast, fast_s) = await asyncio.gather(
+            timed("while True: pass", timeout_s=2.0), timed("print('quick')")
+        )
+    assert slow.status == "timeout" and fast.stdout == "quick\n"
+    assert fast_s < 1.0 < slow_s  # same batch, but answered as soon as it finished
