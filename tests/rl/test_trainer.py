@@ -1,0 +1,127 @@
+"""The trainer on the real model, real sandbox and real verifier.
+
+Fast: one tiny step of the untrained model (which never answers in the rewarded format, so RoC
+drops its group) writes every record and leaves the weights alone. Slow: after a short SFT on
+generated tool-use traces, two steps complete and change the weights; resuming continues with
+the saved weights, data position and step.
+"""
+
+import asyncio
+import json
+
+import pytest
+import torch
+
+from rstar2.agent.prompt import PromptConfig
+from rstar2.data.problems import read_problems
+from rstar2.engines.hf import HFEngine, HFEngineConfig
+from rstar2.reward import Grader
+from rstar2.rl.config import validate_config
+from rstar2.rl.policy import load_policy
+from rstar2.rl.runlog import read_metrics
+from rstar2.rl.trainer import Trainer
+from rstar2.sandbox import SandboxClient
+from rstar2.sft.dataset import sft_traces, split_tasks, write_problems
+from rstar2.sft.train import SFTSettings, sft_train
+
+STEP_KEYS = {
+    "reward/mean", "reward/accuracy", "roc/dropped_share", "tools/calls_per_rollout", "tools/error_ratio",
+    "tools/error_ratio_in_positives", "roc/format_penalty_mean", "response/length_mean",
+    "response/length_max", "response/truncated_ratio", "time/rollout", "time/tools", "time/reward",
+    "time/update", "time/step",
+}
+UPDATE_KEYS = {"loss/entropy", "loss/clip_fraction", "train/grad_norm"}
+
+
+def make_config(tmp_path, data, **rl):
+    return validate_config({
+        "name": "t", "runs_dir": str(tmp_path / "runs"), "seed": 7,
+        "model": {"dtype": "float32", "compute_dtype": "bfloat16"},
+        "data": {"train": str(data)},
+        "rollout": {"prompt": "short", "max_response_tokens": rl.pop("max_tokens", 200), "max_turns": 3},
+        "rl": {"steps": 2, "prompts_per_step": 2, "group_size": 4, "micro_batch_tokens": 4096,
+               "optimizer": {"lr": 2e-5, "warmup_steps": 1}, **rl},
+        "logging": {"rollouts_per_step": 1},
+    })
+
+
+async def train(config, model, engine, sandbox_url, resume=False):
+    with Grader(workers=1) as grader:
+        async with SandboxClient([sandbox_url]) as sandbox:
+            trainer = Trainer(config, model, engine.tokenizer, engine, sandbox, grader,
+                              read_problems(config.data.train))
+            trainer.restore(resume)
+            await trainer.run()
+            return trainer
+
+
+@pytest.fixture
+def rl_data(tmp_path):
+    return write_problems(tmp_path / "rl.jsonl", split_tasks(seed=0, sft=1, rl=1, heldout=20).heldout[:10])
+
+
+def snapshot(model):
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def test_a_step_without_learning_signal_is_recorded_and_leaves_the_weights(tmp_path, rl_data, sandbox_url):
+    config = make_config(tmp_path, rl_data, steps=1, prompts_per_step=1, group_size=2, max_tokens=24)
+    model = load_policy(config.model)
+    engine = HFEngine(HFEngineConfig(dtype="float32", max_batch_size=4), model=model)
+    before = snapshot(model)
+    try:
+        asyncio.run(train(config, model, engine, sandbox_url))
+    finally:
+        engine.shutdown()
+    (row,) = read_metrics(config.run_dir)
+    assert STEP_KEYS <= row.keys() and not UPDATE_KEYS & row.keys()
+    assert row["reward/accuracy"] == 0.0 and row["roc/dropped_share"] == 1.0
+    assert row["response/truncated_ratio"] == 1.0 and row["response/length_max"] == 24
+    rollouts = [json.loads(line) for line in (config.run_dir / "rollouts" / "step_1.jsonl").open()]
+    assert len(rollouts) == 4 and {r["group_dropped"] for r in rollouts} == {"uniform_rewards"}
+    assert (config.run_dir / "checkpoints" / "step_00000001" / "state.json").is_file()
+    after = snapshot(model)
+    assert all(torch.equal(before[name], after[name]) for name in before)
+
+
+@pytest.mark.slow
+def test_two_steps_after_sft_change_the_weights_and_resume_continues(tmp_path, sandbox_url):
+    splits = split_tasks(seed=11, sft=32, rl=1, heldout=2)
+    data = write_problems(tmp_path / "rl.jsonl", split_tasks(seed=12, sft=16, rl=1, heldout=2).sft)
+    config = make_config(tmp_path, data)
+    model = load_policy(config.model)
+    engine = HFEngine(HFEngineConfig(dtype="bfloat16", max_batch_size=16))  # its own copy
+
+    async def make_traces():
+        async with SandboxClient([sandbox_url]) as sandbox:
+            return await sft_traces(splits.sft, engine.tokenizer, sandbox, PromptConfig(variant=config.rollout.prompt))
+
+    traces = asyncio.run(make_traces())
+    sft_train(model, traces, SFTSettings(epochs=3, batch_size=8, lr=3e-4, warmup_steps=2,
+                                         compute_dtype="bfloat16"), pad_id=engine.tokenizer.pad_token_id)
+    before = snapshot(model)
+    try:
+        trainer = asyncio.run(train(config, model, engine, sandbox_url))
+    finally:
+        engine.shutdown()
+    rows = read_metrics(config.run_dir)
+    assert [row["step"] for row in rows] == [1, 2]
+    assert any(UPDATE_KEYS <= row.keys() for row in rows)
+    assert max(row["reward/accuracy"] for row in rows) > 0
+    after = snapshot(model)
+    assert any(not torch.equal(before[name], after[name]) for name in before)
+
+    resumed_model = load_policy(config.model)
+    engine = HFEngine(HFEngineConfig(dtype="bfloat16", max_batch_size=16))
+    try:
+        resumed = Trainer(config.model_copy(update={"rl": config.rl.model_copy(update={"steps": 3})}),
+                          resumed_model, engine.tokenizer, engine, None, None, read_problems(data))
+        resumed.restore(resume=True)
+    finally:
+        engine.shutdown()
+    assert resumed.completed_steps == 2
+    assert resumed.order.position() == trainer.order.position()
+    assert resumed.order.next_batch(2) == trainer.order.next_batch(2)
+    resumed_weights = snapshot(resumed_model)
+    assert all(torch.equal(after[name], resumed_weights[name]) for name in after)
+    assert resumed.optimizer.state_dict()["state"].keys() == trainer.optimizer.state_dict()["state"].keys()

@@ -1,0 +1,93 @@
+"""Micro-batching and the optimizer update: padding changes nothing, and the update does not
+depend on how the kept rollouts are split into micro-batches (token-level mean of Eq. 6)."""
+
+import copy
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from rstar2.rl.batch import TrainSequence, collate, micro_batches, response_logits
+from rstar2.rl.config import LossConfig, OptimizerConfig
+from rstar2.rl.loss import token_logprobs
+from rstar2.rl.optim import build_optimizer, build_scheduler
+from rstar2.rl.update import UpdateSettings, policy_update, with_current_logprobs
+
+
+def tiny_model(seed: int = 0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    return LlamaForCausalLM(config).float()
+
+
+def sequence(prompt_len: int, response_len: int, advantage: float, seed: int) -> TrainSequence:
+    g = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(1, 96, (prompt_len,), generator=g).tolist()
+    response = torch.randint(1, 96, (response_len,), generator=g).tolist()
+    mask = [1] * response_len
+    mask[response_len // 2] = 0  # a forced token in the middle (as a tool response would be)
+    old = [-4.0 + 0.1 * i if m else 0.0 for i, m in enumerate(mask)]
+    return TrainSequence(prompt, response, mask, old, advantage)
+
+
+SEQUENCES = [sequence(5, 9, 1.0, 1), sequence(11, 4, -0.5, 2), sequence(3, 14, 0.7, 3), sequence(8, 6, -1.2, 4)]
+SETTINGS = UpdateSettings(loss=LossConfig(), temperature=0.8, micro_batch_tokens=10_000,
+                          max_grad_norm=1e9, pad_id=0)
+
+
+def test_micro_batches_stay_within_the_token_budget_and_keep_every_sequence():
+    batches = micro_batches(SEQUENCES, max_tokens=30)
+    assert sorted(map(id, [s for b in batches for s in b])) == sorted(map(id, SEQUENCES))
+    for batch in batches:
+        assert len(batch) == 1 or len(batch) * max(map(len, batch)) <= 30
+
+
+def test_left_padded_batch_gives_each_sequence_its_own_logprobs():
+    model = tiny_model().eval()
+    tensors = collate(SEQUENCES, pad_id=0)
+    batched = token_logprobs(response_logits(model, tensors), tensors.response_ids, 0.8)
+    for row, s in enumerate(SEQUENCES):
+        alone = collate([s], pad_id=0)
+        single = token_logprobs(response_logits(model, alone), alone.response_ids, 0.8)[0]
+        width = len(s.response_ids)
+        torch.testing.assert_close(batched[row, -width:], single, atol=1e-5, rtol=1e-5)
+        assert tensors.loss_mask[row, :-width].sum() == 0  # padding is never trained on
+
+
+def run_update(micro_batch_tokens: int):
+    model = tiny_model()
+    optimizer = build_optimizer(model.parameters(), OptimizerConfig(lr=1e-2, warmup_steps=0))
+    scheduler = build_scheduler(optimizer, OptimizerConfig(lr=1e-2, warmup_steps=0))
+    settings = UpdateSettings(**{**SETTINGS.__dict__, "micro_batch_tokens": micro_batch_tokens})
+    stats, norm = policy_update(model, optimizer, scheduler, SEQUENCES, settings)
+    return model, stats, norm
+
+
+def test_update_is_the_same_whatever_the_micro_batch_size():
+    whole, whole_stats, whole_norm = run_update(10_000)
+    split, split_stats, split_norm = run_update(1)  # one sequence per micro-batch
+    assert len(micro_batches(SEQUENCES, 1)) == len(SEQUENCES)
+    assert whole_stats.tokens == split_stats.tokens == sum(s.loss_tokens for s in SEQUENCES)
+    assert whole_norm == pytest.approx(split_norm, rel=1e-4)
+    for a, b in zip(whole.parameters(), split.parameters()):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)  # Adam steps are ~1e-2
+    assert whole_norm > 0
+    assert any(not torch.equal(a, b) for a, b in zip(whole.parameters(), tiny_model().parameters()))
+
+
+def test_recomputed_old_logprobs_make_the_first_ratio_one():
+    model = tiny_model()
+    fresh = with_current_logprobs(model, SEQUENCES, SETTINGS)
+    assert sorted(s.advantage for s in fresh) == sorted(s.advantage for s in SEQUENCES)
+    optimizer = build_optimizer(model.parameters(), OptimizerConfig(lr=1e-3, warmup_steps=0))
+    scheduler = build_scheduler(optimizer, OptimizerConfig(lr=1e-3, warmup_steps=0))
+    before = copy.deepcopy(model)
+    stats, _ = policy_update(model, optimizer, scheduler, fresh, SETTINGS)
+    summary = stats.summary()
+    assert summary["loss/ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert summary["loss/clip_fraction"] == 0.0
+    for s in fresh:  # masked positions keep 0, sampled ones carry the model's log-prob
+        assert all(lp == 0.0 for lp, m in zip(s.old_logprobs, s.loss_mask) if not m)
+        assert all(lp < 0.0 for lp, m in zip(s.old_logprobs, s.loss_mask) if m)
+    assert any(not torch.equal(a, b) for a, b in zip(model.parameters(), before.parameters()))
