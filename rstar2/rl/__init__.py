@@ -8,7 +8,13 @@ Modules, each one idea:
 * ``loss``         -- the clipped policy loss, token-level normalisation, loss mask, optional KL/entropy;
 * ``optim``        -- AdamW with linear warm-up then constant learning rate;
 * ``prompt_order`` -- the resumable order in which training prompts are drawn;
-* ``checkpoint``   -- atomic, resumable checkpoints.
+* ``checkpoint``   -- atomic, resumable checkpoints;
+* ``batch``        -- packing rollouts into left-padded micro-batches, response logits;
+* ``update``       -- one optimizer update: micro-batches, gradient accumulation, clipping;
+* ``policy``       -- loading the policy (LoRA optional) and saving it as a model directory;
+* ``metrics``      -- the numbers a step reports; ``runlog`` -- where they go;
+* ``timing``       -- wall time of overlapping phases (tool calls during rollouts);
+* ``trainer``      -- the step loop; ``launch`` -- a run built from a recipe around it.
 
 Nothing is re-exported here, so ``import rstar2.rl.config`` stays free of torch.
 """
