@@ -167,7 +167,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="duration of each closed-loop run")
     parser.add_argument("--concurrency", default="1,16,64")
     parser.add_argument("--workloads", default="trivial,sympy,mix")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--workers", type=int, default=2 * (os.cpu_count() or 1), help="as `sandbox serve`")
     parser.add_argument("--no-baseline", action="store_true")
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]

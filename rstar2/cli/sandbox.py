@@ -17,8 +17,9 @@ app.add_typer(sandbox_app, name="sandbox")
 def serve(
     host: str = typer.Option("127.0.0.1", help="Address to listen on. Keep it private: never expose the service."),
     port: int = typer.Option(8070, help="Port to listen on."),
-    workers: int = typer.Option(os.cpu_count() or 2, min=1, max=1024,
-                                help="Warm worker processes; each runs one call at a time. Default: CPU count."),
+    workers: int = typer.Option(2 * (os.cpu_count() or 1), min=1, max=1024,
+                                help="Warm worker processes; each runs one call at a time (about 70 MB each). "
+                                     "Default: twice the CPU count, so calls waiting on I/O or a deadline do not idle the cores."),
     timeout_s: float = typer.Option(4.0, "--timeout-s", min=0.01, help="Default wall-clock deadline per call, seconds."),
     max_timeout_s: float = typer.Option(60.0, "--max-timeout-s", min=0.01,
                                         help="Largest deadline a request may ask for."),
