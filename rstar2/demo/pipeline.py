@@ -5,8 +5,8 @@
 1. **Data.** Seeded templates (``rstar2.sft``) make three disjoint problem sets: SFT (basic),
    RL (hard: larger numbers, two-step variants) and held-out (half of each level).
 2. **Cold-start SFT.** Scripted tool-use traces played through the real agent loop and sandbox
-   (one in ``sft_broken_every`` fixes a failing first program); cross-entropy on the assistant's
-   tokens.
+   (a share of them fix a failing first program), mostly basic problems and a few hard ones;
+   cross-entropy on the assistant's tokens.
 3. **GRPO-RoC** with the recipe (``recipes/cpu-demo.yaml``) on the RL set, through the same
    ``Trainer`` as ``rstar2 train``.
 4. **Evaluation** of the base, the SFT-only and the final model on the held-out set, greedy, with
@@ -55,12 +55,15 @@ class DemoSettings(BaseModel):
     recipe: str = Field(str(DEFAULT_RECIPE), description="The RL phase's recipe.")
     overrides: list[str] = Field(default_factory=list, description="Dotted overrides of the recipe.")
     name: str | None = Field(None, description="Run name; default: the recipe's name.")
-    sft_problems: int = Field(160, ge=1, description="SFT traces (basic problems).")
-    sft_broken_every: int = Field(5, ge=0, description="Every k-th trace fixes a failing first call.")
+    sft_problems: int = Field(128, ge=1, description="SFT traces of basic problems.")
+    sft_hard_problems: int = Field(24, ge=0, description="SFT traces of hard problems (RL's kind), "
+                                   "so that RL starts with some success on them.")
+    sft_broken_share: float = Field(0.2, ge=0, le=1, description="Share of SFT traces whose first "
+                                    "call fails and is fixed.")
     rl_problems: int = Field(400, ge=1, description="RL training problems (hard).")
     heldout_problems: int = Field(60, ge=2, description="Held-out problems, half basic, half hard.")
     sft: SFTSettings = Field(default_factory=lambda: SFTSettings(
-        epochs=2, batch_size=8, lr=1e-4, warmup_steps=4, compute_dtype="bfloat16"))
+        epochs=1, batch_size=8, lr=1e-4, warmup_steps=3, compute_dtype="bfloat16"))
     eval_max_tokens: int = Field(320, ge=16, description="Token budget of a held-out answer.")
     eval_max_turns: int = Field(3, ge=1, description="Assistant turns of a held-out answer.")
 
@@ -108,8 +111,9 @@ async def phases(settings: DemoSettings, config: RunConfig, url: str, grader: Gr
     timings: dict[str, float] = {}
     async with SandboxClient([url]) as sandbox:
         clock = time.perf_counter()
-        splits = split_tasks(config.seed, settings.sft_problems, settings.rl_problems, settings.heldout_problems)
-        traces = await sft_traces(splits.sft, tokenizer, sandbox, prompt, settings.sft_broken_every)
+        splits = split_tasks(config.seed, settings.sft_problems, settings.rl_problems, settings.heldout_problems,
+                             sft_hard=settings.sft_hard_problems)
+        traces = await sft_traces(splits.sft, tokenizer, sandbox, prompt, settings.sft_broken_share, config.seed)
         write_traces(run_dir / "data" / "sft_traces.jsonl", traces)
         write_problems(run_dir / "data" / "sft_problems.jsonl", splits.sft)
         write_problems(Path(config.data.train), splits.rl)

@@ -1,12 +1,14 @@
 """The demo's three disjoint problem sets and the SFT traces, generated from one seed.
 
-    splits = split_tasks(seed=0, sft=300, rl=400, heldout=60)
-    traces = await sft_traces(splits.sft, tokenizer, sandbox, prompt, broken_every=5)
+    splits = split_tasks(seed=0, sft=300, sft_hard=40, rl=400, heldout=60)
+    traces = await sft_traces(splits.sft, tokenizer, sandbox, prompt, broken_share=0.2, seed=0)
 
 The held-out set is drawn first (half ``basic``, half ``hard`` problems), then the SFT set
-(``basic``) and the RL set (``hard``), each skipping every problem key already taken, so no
-problem of the held-out set is ever trained on, in either phase. Every ``broken_every``-th SFT
-trace starts with a failing program and fixes it.
+(``sft`` basic problems and a few, ``sft_hard``, of the hard kind, so that the model starts RL
+able to solve some of them: a group that is always wrong carries no signal) and the RL set
+(``hard``), each skipping every problem key already taken, so no problem of the held-out set is
+ever trained on, in either phase. A seeded ``broken_share`` of the SFT traces start with a
+failing program and fix it.
 """
 
 from __future__ import annotations
@@ -33,25 +35,25 @@ class Splits:
     heldout: list[Task]
 
 
-def split_tasks(seed: int, sft: int, rl: int, heldout: int) -> Splits:
-    """Disjoint SFT (basic), RL (hard) and held-out (half each) problems; see the docstring."""
+def split_tasks(seed: int, sft: int, rl: int, heldout: int, sft_hard: int = 0) -> Splits:
+    """Disjoint SFT (basic, plus ``sft_hard`` hard), RL (hard) and held-out (half each)
+    problems; see the module docstring."""
     rng = np.random.default_rng(seed)
     taken: set[str] = set()
     held = unique_tasks(rng, heldout // 2, "basic", taken)
     held += unique_tasks(rng, heldout - heldout // 2, "hard", taken)
-    return Splits(sft=unique_tasks(rng, sft, "basic", taken), rl=unique_tasks(rng, rl, "hard", taken),
-                  heldout=held)
+    sft_tasks = unique_tasks(rng, sft, "basic", taken) + unique_tasks(rng, sft_hard, "hard", taken)
+    return Splits(sft=sft_tasks, rl=unique_tasks(rng, rl, "hard", taken), heldout=held)
 
 
 async def sft_traces(tasks: Sequence[Task], tokenizer, runner: CodeRunner, prompt: PromptConfig,
-                     broken_every: int = 5) -> list[Trajectory]:
-    """One trace per task, every ``broken_every``-th one failing first (0: none do)."""
-
-    def broken_variant(index: int) -> int | None:
-        return index // broken_every if broken_every and index % broken_every == 0 else None
-
+                     broken_share: float = 0.2, seed: int = 0) -> list[Trajectory]:
+    """One trace per task; a seeded ``broken_share`` of them fail first, drawn independently of
+    the family (tasks cycle through families, so "every k-th" would pick one family)."""
+    rng = np.random.default_rng([seed, 1])
+    broken = [int(rng.integers(2)) if rng.random() < broken_share else None for _ in tasks]
     return list(await asyncio.gather(*(
-        make_trace(task, tokenizer, runner, prompt, broken_variant(i)) for i, task in enumerate(tasks))))
+        make_trace(task, tokenizer, runner, prompt, variant) for task, variant in zip(tasks, broken))))
 
 
 def write_problems(path: Path, tasks: Sequence[Task]) -> Path:

@@ -78,7 +78,7 @@ def sft_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: li
         logprobs = token_logprobs(logits, tensors.response_ids, 1.0)
         loss = -torch.where(tensors.loss_mask.bool(), logprobs, 0.0).sum() / tokens
         loss.backward()
-        total += float(loss)
+        total += float(loss.detach())
     torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
     optimizer.step()
     return total

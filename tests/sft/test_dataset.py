@@ -19,16 +19,17 @@ PROMPT = PromptConfig(variant="short")
 
 
 def test_splits_share_no_problem_and_are_reproducible():
-    splits = split_tasks(seed=3, sft=200, rl=200, heldout=60)
+    splits = split_tasks(seed=3, sft=200, sft_hard=40, rl=200, heldout=60)
     keys = [{t.key for t in part} for part in (splits.sft, splits.rl, splits.heldout)]
-    assert [len(k) for k in keys] == [200, 200, 60]  # no repeats inside a split
+    assert [len(k) for k in keys] == [240, 200, 60]  # no repeats inside a split
     assert not (keys[0] & keys[2]) and not (keys[1] & keys[2]) and not (keys[0] & keys[1])
     questions = {t.question for t in splits.sft + splits.rl}
     assert not questions & {t.question for t in splits.heldout}
-    assert {t.level for t in splits.sft} == {"basic"} and {t.level for t in splits.rl} == {"hard"}
+    assert sorted(t.level for t in splits.sft) == ["basic"] * 200 + ["hard"] * 40
+    assert {t.level for t in splits.rl} == {"hard"}
     assert sorted(t.level for t in splits.heldout) == ["basic"] * 30 + ["hard"] * 30
-    assert split_tasks(seed=3, sft=200, rl=200, heldout=60) == splits
-    assert split_tasks(seed=4, sft=200, rl=200, heldout=60) != splits
+    assert split_tasks(seed=3, sft=200, sft_hard=40, rl=200, heldout=60) == splits
+    assert split_tasks(seed=4, sft=200, sft_hard=40, rl=200, heldout=60) != splits
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -43,24 +44,26 @@ def test_every_program_prints_its_answer(family, level):
 
 
 def test_traces_carry_the_real_sandbox_output_and_correct_answers(sandbox_url, tokenizer):
-    tasks = split_tasks(seed=1, sft=10, rl=1, heldout=2).sft
+    tasks = split_tasks(seed=1, sft=6, sft_hard=5, rl=1, heldout=2).sft
 
     async def run():
         async with SandboxClient([sandbox_url]) as sandbox:
-            traces = await sft_traces(tasks, tokenizer, sandbox, PROMPT, broken_every=3)
+            traces = await sft_traces(tasks, tokenizer, sandbox, PROMPT, broken_share=0.5, seed=1)
             reruns = [[await sandbox.run(call.code) for call in t.tool_calls] for t in traces]
         return traces, reruns
 
     traces, reruns = asyncio.run(run())
     chat = ChatFormat(tokenizer, PROMPT)
-    for index, (task, trace, results) in enumerate(zip(tasks, traces, reruns)):
+    failing = [trace.tool_calls[0].error for trace in traces]
+    assert 0 < sum(failing) < len(traces)
+    assert {task.family for task, fails in zip(tasks, failing) if fails} != {"multiply"}
+    for task, trace, results, failing_first in zip(tasks, traces, reruns, failing):
         assert trace.prompt_ids == chat.prompt_ids(task.question)  # the agent's own prompt
         assert score(trace.assistant_text, str(task.answer)) == 1.0
         assert [call.output for call in trace.tool_calls] == [tool_output(r) for r in results]
         tool_turns = [turn.text for turn in trace.turns if turn.role == "tool"]
         for call, text in zip(trace.tool_calls, tool_turns):
             assert f"<tool_response>\n{call.output}\n</tool_response>" in text
-        failing_first = index % 3 == 0
         assert [call.error for call in trace.tool_calls] == ([True, False] if failing_first else [False])
         assert trace.tool_calls[-1].output == str(task.answer)
 
