@@ -36,6 +36,7 @@ from math_verify import parse, verify
 
 from rstar2.reward import Grader, extract_answer
 from rstar2.reward.equivalence import equivalent, symbolically_equivalent
+from rstar2.reward.grading import WARMUP_PAIRS
 from rstar2.reward.pool import available_cores
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,7 +68,8 @@ def plain_math_verify(text: str, gold: str) -> bool:
 def percentiles_ms(seconds: list[float]) -> str:
     ordered = sorted(seconds)
     p99 = ordered[min(len(ordered) - 1, round(0.99 * len(ordered)) - 1)]
-    return f"p50 {statistics.median(ordered) * 1e3:6.2f} ms  p99 {p99 * 1e3:6.2f} ms  max {ordered[-1] * 1e3:7.1f} ms"
+    median, longest = statistics.median(ordered), ordered[-1]
+    return f"p50 {median * 1e3:6.2f} ms  p99 {p99 * 1e3:6.2f} ms  max {longest * 1e3:7.1f} ms"
 
 
 def section(title: str) -> None:
@@ -84,16 +86,17 @@ def agreement_answer_equiv(grader: Grader) -> None:
         totals[source] += 1
         ours_ok[source] += mine.correct == row["equal"]
         theirs_ok[source] += plain == row["equal"]
-    for source in totals:
-        print(f"answer_equiv {source:15} rstar2 {ours_ok[source]:3}/{totals[source]}   math-verify {theirs_ok[source]:3}/{totals[source]}")
-    print(f"answer_equiv {'all':15} rstar2 {sum(ours_ok.values()):3}/{len(rows)}   math-verify {sum(theirs_ok.values()):3}/{len(rows)}")
+    ours_ok["all"], theirs_ok["all"], totals["all"] = sum(ours_ok.values()), sum(theirs_ok.values()), len(rows)
+    for source, total in totals.items():
+        print(f"answer_equiv {source:15} rstar2 {ours_ok[source]:3}/{total}   math-verify {theirs_ok[source]:3}/{total}")
 
 
 def agreement_qwen(grader: Grader) -> None:
     rows = read_rows("math_cot_samples/qwen25_math_cot_100x8.jsonl")
     for form, template in GOLD_FORMS.items():
         golds = [template.format(row["answer"]) for row in rows]
-        ours = grader.grade_many([(r["response"], g) for r, g in zip(rows, golds)], require_answer_tag=False)
+        pairs = [(r["response"], g) for r, g in zip(rows, golds)]
+        ours = grader.grade_many(pairs, require_answer_tag=False)
         ours_ok = sum(g.correct == r["score"] for g, r in zip(ours, rows))
         theirs_ok = sum(plain_math_verify(r["response"], g) == r["score"] for r, g in zip(rows, golds))
         print(f"qwen2.5-math 800, gold {form:9} rstar2 {ours_ok}/800   math-verify {theirs_ok}/800")
@@ -114,13 +117,17 @@ def agreement_tora(grader: Grader) -> None:
     on_pred = grader.compare_many([(r["pred"], r["answer"]) for r in rows])
     theirs = [plain_math_verify(r["response"], r["answer"]) for r in rows]
     unboxed = sum(g.pred is None for g in ours)
-    print(f"tora-70b gsm8k 1319, end to end: rstar2 {sum(g.correct == r for g, r in zip(ours, recorded))}/1319 "
-          f"({unboxed} responses have no box)   math-verify {sum(t == r for t, r in zip(theirs, recorded))}/1319")
-    print(f"tora-70b gsm8k 1319, on ToRA's extracted answers: rstar2 {sum(g.correct == r for g, r in zip(on_pred, recorded))}/1319")
+    ours_ok = sum(g.correct == r for g, r in zip(ours, recorded))
+    theirs_ok = sum(t == r for t, r in zip(theirs, recorded))
+    on_pred_ok = sum(g.correct == r for g, r in zip(on_pred, recorded))
+    print(f"tora-70b gsm8k 1319, end to end: rstar2 {ours_ok}/1319 ({unboxed} responses have no box)"
+          f"   math-verify {theirs_ok}/1319")
+    print(f"tora-70b gsm8k 1319, on ToRA's extracted answers: rstar2 {on_pred_ok}/1319")
 
 
 def agreement_gold_answers(grader: Grader) -> None:
-    golds = [r["answer"] for r in read_rows("math500/math500.jsonl") + read_rows("hmmt_feb2025/hmmt_feb2025.jsonl")]
+    rows = read_rows("math500/math500.jsonl") + read_rows("hmmt_feb2025/hmmt_feb2025.jsonl")
+    golds = [row["answer"] for row in rows]
     symbolic = sum(symbolically_equivalent(gold, gold) for gold in golds)
     boxed = grader.grade_many([(f"<answer>\\boxed{{{g}}}</answer>", g) for g in golds])
     theirs_bare = sum(plain_math_verify(g, g) for g in golds)
@@ -137,12 +144,16 @@ def agreement_gold_answers(grader: Grader) -> None:
         judged_equal += [pair for pair, g in zip(pairs, grader.compare_many(pairs)) if g.correct]
     print(f"shuffled gold pairs of different strings judged equal (3 shuffles, {distinct} pairs): "
           f"rstar2 {len(judged_equal)} {judged_equal}")
-    print(f"a {len(LONG_INTEGER)}-digit integer equal to itself: rstar2 {grader.compare_many([(LONG_INTEGER, LONG_INTEGER)])[0].correct}"
+    (long_self,) = grader.compare_many([(LONG_INTEGER, LONG_INTEGER)])
+    print(f"a {len(LONG_INTEGER)}-digit integer equal to itself: rstar2 {long_self.correct}"
           f"   math-verify {plain_math_verify(LONG_INTEGER, LONG_INTEGER)}")
 
 
 def latency_in_process(rows: list[dict], check) -> list[float]:
-    """Seconds per output for `check(response, gold)`, after a warm-up pass over 20 outputs."""
+    """Seconds per output for `check(response, gold)`, after the warm-up the pool's workers
+    get (so in-process and pool figures start alike) and a pass over 20 outputs."""
+    for pred, gold in WARMUP_PAIRS:
+        check(f"\\boxed{{{pred}}}", gold)
     for row in rows[:20]:
         check(row["response"], row["answer"])
     seconds = []
@@ -201,7 +212,9 @@ def hostile_costs() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--skip-hostile", action="store_true", help="skip the hostile inputs (math-verify takes 5-8 s each)")
+    parser.add_argument(
+        "--skip-hostile", action="store_true", help="skip the hostile inputs (math-verify takes 5-8 s each)"
+    )
     args = parser.parse_args()
     if not DATA.is_dir():
         sys.exit(f"shared data not found at {DATA}; set RSTAR2_SHARED_DATA")

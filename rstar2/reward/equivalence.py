@@ -25,6 +25,7 @@ from math_verify.grader import (
     is_relation,
     take_first_relation,
 )
+from sympy import Rational
 
 from rstar2.reward.normalize import (
     normalize_answer,
@@ -78,6 +79,8 @@ def symbolically_equivalent(pred: str, gold: str) -> bool:
     pred_parsed = parse_answer(pred)
     if not gold_parsed or not pred_parsed:
         return False
+    if isinstance(pred_parsed[0], Rational) and isinstance(gold_parsed[0], Rational):
+        return pred_parsed[0] == gold_parsed[0]  # exact numbers: no simplify needed
     if _equation_against_value(pred_parsed[0], gold_parsed[0]):
         return False
     return verify(

@@ -24,9 +24,7 @@ from rstar2.reward.pool import DeadlinePool, Outcome, available_cores
 
 DEFAULT_DEADLINE_S = 2.0
 _EQUIVALENCE = "rstar2.reward.equivalence:equivalent"
-# One pair per kind of comparison, run once in the process the workers are forked from, so
-# that sympy's lazy imports and math-verify's caches are paid once, not in every worker.
-_WARMUP_PAIRS = (
+WARMUP_PAIRS = (
     ("\\frac{1}{2}", "0.5"),
     ("\\sqrt{8}", "2\\sqrt{2}"),
     ("(x+1)^2", "x^2+2x+1"),
@@ -42,6 +40,8 @@ _WARMUP_PAIRS = (
     ("\\text{(C)}", "C"),
     ("3 + 2i", "2i + 3"),
 )
+"""One (pred, gold) pair per kind of comparison, checked once in the process the workers are
+forked from, so that sympy's lazy imports and first-call costs are paid once, not per worker."""
 
 
 @dataclass(frozen=True)
@@ -125,16 +125,18 @@ class Grader:
                 if on_grade is not None:
                     on_grade(index, grades[index])
 
-            self._started_pool(len(symbolic)).map([answer_pairs[i] for i in symbolic], record)
+            self._started_pool().map([answer_pairs[i] for i in symbolic], record)
         return grades
 
-    def _started_pool(self, pending: int) -> DeadlinePool:
-        """The worker pool, started on first need with no more workers than pending checks."""
+    def _started_pool(self) -> DeadlinePool:
+        """The worker pool, started on first need."""
         with self._pool_lock:
             if self._pool is None:
-                workers = min(self.workers or available_cores(), pending)
                 self._pool = DeadlinePool(
-                    _EQUIVALENCE, workers=workers, deadline_s=self.deadline_s, warmup=_WARMUP_PAIRS
+                    _EQUIVALENCE,
+                    workers=self.workers or available_cores(),
+                    deadline_s=self.deadline_s,
+                    warmup=WARMUP_PAIRS,
                 )
             return self._pool
 

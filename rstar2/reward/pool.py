@@ -188,11 +188,21 @@ class DeadlinePool:
         """Run the function on every argument tuple in parallel; one outcome per input.
 
         `on_outcome(index, outcome)` is called as each call finishes (e.g. for a progress bar).
+        If `map` is interrupted (an exception from `on_outcome`, Ctrl-C), the calls still
+        running are killed, so the next `map` starts with idle workers.
         """
         with self._lock:
             if not self._workers:
                 raise RuntimeError("the pool is closed")
-            return _Run(self, argument_tuples, on_outcome).until_done()
+            try:
+                return _Run(self, argument_tuples, on_outcome).until_done()
+            except BaseException:
+                self._kill_busy()
+                raise
+
+    def _kill_busy(self) -> None:
+        for worker in [w for w in self._workers if w.task is not None]:
+            self._replace(worker, kill=True)
 
     def _replace(self, worker: _Worker, kill: bool) -> int | None:
         """Swap `worker` for a fresh one; the old one's exit code, if it ended by itself."""

@@ -80,6 +80,18 @@ def test_closing_stops_every_worker():
         pool.map([(1.0,)])
 
 
+def test_an_interrupted_map_leaves_no_call_behind():
+    def interrupt(index, outcome):
+        raise KeyboardInterrupt
+
+    with DeadlinePool("time:sleep", workers=2, deadline_s=30) as pool:
+        with pytest.raises(KeyboardInterrupt):
+            pool.map([(0,), (60,), (60,)], on_outcome=interrupt)
+        started = time.monotonic()
+        assert [o.error for o in pool.map([(0,), (0,)])] == [None, None]
+        assert time.monotonic() - started < 5
+
+
 def test_rejects_a_nonpositive_deadline():
     with pytest.raises(ValueError, match="deadline_s"):
         DeadlinePool("math:sqrt", deadline_s=0)
