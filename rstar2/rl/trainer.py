@@ -122,9 +122,9 @@ class Trainer:
             while self.completed_steps < self.config.rl.steps:
                 metrics, rows = await self.train_step(self.completed_steps)
                 self.completed_steps += 1
-                self.save_if_due()
                 log.rollouts(self.completed_steps, rows)
-                log.step(self.completed_steps, metrics)
+                log.step(self.completed_steps, metrics)  # before the checkpoint: a resume
+                self.save_if_due()                       # from the previous one drops this line
                 history.append(metrics)
         finally:
             log.close()
