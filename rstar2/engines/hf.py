@@ -220,6 +220,8 @@ class HFEngine:
             if isinstance(source, Resident):
                 resident = self.activate(self.residents.index(source))
             else:
+                if source is not None:
+                    self.blocks.move_to_end(source.tokens)  # least recently used goes first
                 resident = Resident(block=source, cached=list(source.tokens) if source else [])
             resident.start(request)
             key = (id(resident.block), tuple(resident.pending)) if not resident.used else None
