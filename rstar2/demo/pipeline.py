@@ -64,6 +64,8 @@ class DemoSettings(BaseModel):
     heldout_problems: int = Field(60, ge=2, description="Held-out problems, half basic, half hard.")
     sft: SFTSettings = Field(default_factory=lambda: SFTSettings(
         epochs=1, batch_size=8, lr=1e-4, warmup_steps=3, compute_dtype="bfloat16"))
+    sft_model: str | None = Field(None, description="Skip the SFT: start RL from this model directory "
+                                  "(an earlier demo's sft/), e.g. to compare RL settings from one start.")
     eval_max_tokens: int = Field(320, ge=16, description="Token budget of a held-out answer.")
     eval_max_turns: int = Field(3, ge=1, description="Assistant turns of a held-out answer.")
 
@@ -101,7 +103,8 @@ def demo_config(settings: DemoSettings) -> RunConfig:
     recipe = load_config(settings.recipe, settings.overrides)
     name = settings.name or recipe.name
     data = Path(recipe.runs_dir) / name / "data" / "rl_train.jsonl"
-    return load_config(settings.recipe, [*settings.overrides, f"name={name}", f"data.train={data}"])
+    start = [f"model.path={settings.sft_model}"] if settings.sft_model else []
+    return load_config(settings.recipe, [*settings.overrides, f"name={name}", f"data.train={data}", *start])
 
 
 async def phases(settings: DemoSettings, config: RunConfig, url: str, grader: Grader, console: Console) -> dict:
@@ -125,13 +128,14 @@ async def phases(settings: DemoSettings, config: RunConfig, url: str, grader: Gr
                       f"{len(splits.heldout)} held-out problems in {run_dir / 'data'}")
         try:
             evaluate = Evaluator(settings, engine, tokenizer, sandbox, grader, prompt, heldout, run_dir, console)
-            base = await evaluate("base", model)
-            clock = time.perf_counter()
-            pad_id = tokenizer.pad_token_id or 0
-            losses = sft_train(model, traces, settings.sft, pad_id,
-                               on_step=lambda s, n, loss: show_sft_step(console, s, n, loss))
-            timings["sft"] = time.perf_counter() - clock
-            save_policy(model, tokenizer, run_dir / "sft")
+            base, losses = None, []
+            if settings.sft_model is None:
+                base = await evaluate("base", model)
+                clock = time.perf_counter()
+                losses = sft_train(model, traces, settings.sft, tokenizer.pad_token_id or 0,
+                                   on_step=lambda s, n, loss: show_sft_step(console, s, n, loss))
+                timings["sft"] = time.perf_counter() - clock
+                save_policy(model, tokenizer, run_dir / "sft")
             sft = await evaluate("sft", model)
             clock = time.perf_counter()
             trainer = Trainer(config, model, tokenizer, engine, sandbox, grader,
@@ -184,7 +188,7 @@ class Evaluator:
         return phase
 
 
-def summary_of(base: Phase, sft: Phase, final: Phase, rows: list[dict], sft_losses: list[float],
+def summary_of(base: Phase | None, sft: Phase, final: Phase, rows: list[dict], sft_losses: list[float],
                timings: dict[str, float]) -> dict:
     """The demo's figures: held-out results per phase, and the RL curves' start and end."""
     def first_last(key: str) -> list[float]:
@@ -192,8 +196,9 @@ def summary_of(base: Phase, sft: Phase, final: Phase, rows: list[dict], sft_loss
         return [values[0], values[-1]] if values else []
 
     return {
-        "heldout": {"base": base.model_dump(), "sft": sft.model_dump(), "final": final.model_dump()},
-        "sft_loss_first_last": [sft_losses[0], sft_losses[-1]],
+        "heldout": {**({"base": base.model_dump()} if base else {}), "sft": sft.model_dump(),
+                    "final": final.model_dump()},
+        "sft_loss_first_last": [sft_losses[0], sft_losses[-1]] if sft_losses else [],
         "rl_steps": len(rows),
         "rl_accuracy_first_last": first_last("reward/accuracy"),
         "rl_tool_error_in_positives_first_last": first_last("tools/error_ratio_in_positives"),
@@ -204,13 +209,13 @@ def summary_of(base: Phase, sft: Phase, final: Phase, rows: list[dict], sft_loss
 
 def closing_note(summary: dict, run_dir: Path) -> str:
     held = summary["heldout"]
-    pct = {name: f"{100 * phase['accuracy']:.1f}%" for name, phase in held.items()}
+    labels = {"base": "base", "sft": "SFT", "final": "SFT+RL"}
+    accuracy = " -> ".join(f"{labels[k]} {100 * v['accuracy']:.1f}%" for k, v in held.items())
+    calls = ", ".join(f"{labels[k]} {v['tool_call_rate']:.0%}" for k, v in held.items())
     err = summary["rl_tool_error_in_positives_first_last"]
     err_text = f"{err[0]:.3f} -> {err[1]:.3f}" if err else "n/a"
     return (
-        f"\n[bold]held-out accuracy[/]: base {pct['base']} -> SFT {pct['sft']} -> SFT+RL {pct['final']}\n"
-        f"tool-call rate: base {held['base']['tool_call_rate']:.0%}, SFT {held['sft']['tool_call_rate']:.0%}, "
-        f"SFT+RL {held['final']['tool_call_rate']:.0%}\n"
+        f"\n[bold]held-out accuracy[/]: {accuracy}\ntool-call rate: {calls}\n"
         f"RL: {summary['rl_steps']} steps, {summary['rl_seconds_per_step']:.1f} s/step, "
         f"tool-error ratio in correct rollouts {err_text}\n"
         f"wall time {summary['wall_time_s'] / 60:.1f} min\n"
