@@ -97,8 +97,8 @@ def _equation_against_value(pred, gold) -> bool:
     """Whether the prediction is an equation in unknowns while the gold is a value.
 
     math-verify then compares the equation's right side with the gold: right for an
-    assignment (`x = 5`) or a computation (`\frac{1}{2} = \frac{10}{9}`... ending in the
-    value), wrong for `5x - 7y + 11z + 4 = 0`, whose right side `0` is no answer.
+    assignment (`x = 5`) or a computation (`3 + 4 = 7`, ending in the value), wrong for
+    `5x - 7y + 11z + 4 = 0`, whose right side `0` is no answer.
     """
     if not is_equation(pred) or is_assignment_relation(pred) or is_relation(gold):
         return False

@@ -49,12 +49,10 @@ def last_boxed(text: str) -> str | None:
     Only the last box counts: if it is unclosed (a truncated response) the answer is missing,
     rather than an earlier box being promoted to final answer.
     """
-    last = None
-    for last in _BOX_COMMAND.finditer(text):
-        pass
-    if last is None:
+    boxes = list(_BOX_COMMAND.finditer(text))
+    if not boxes:
         return None
-    argument = _box_argument(text, last.end())
+    argument = _box_argument(text, boxes[-1].end())
     if argument is None:
         return None
     argument = argument.strip()

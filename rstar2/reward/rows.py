@@ -71,6 +71,8 @@ def grade_rows(
         else:
             report.errors.append(RowError(line, problem))
             report.rows[index]["grade_error"] = problem
+            if on_grade is not None:
+                on_grade()
     with Grader(workers=workers, deadline_s=deadline_s) as grader:
         grades = grader.grade_many(
             pairs,
