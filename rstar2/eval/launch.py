@@ -1,0 +1,112 @@
+"""Everything a run needs around the runner: the engine, the sandbox, the agent, the solver.
+
+Contract of ``evaluate(settings, out_dir, ...)``: load the benchmarks, open the engine
+(``rstar2.engines.factory``), the sandbox (the given services, or a private local one for the
+run when the tool is offered) and the agent loop with the run's limits, run ``runner.run_eval``
+and close everything, also on failure. An engine or sandbox that fails mid-run becomes
+``RunFailed`` saying how many samples are saved and how to continue.
+
+``agent_solver(agent, answer_tag)`` is the bridge from the agent loop to the runner: one
+rollout per call, its answer extracted with the reward's own rule (``\\boxed{}`` inside
+``<answer>``, the paper's reward; or the last box anywhere with ``answer_tag=False``), and its
+counts read from the trajectory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from pathlib import Path
+
+from rstar2.agent.prompt import PromptConfig
+from rstar2.agent.rollout import Agent, RolloutConfig
+from rstar2.agent.trajectory import Trajectory
+from rstar2.data.benchmarks import load_benchmark
+from rstar2.data.problems import Problem
+from rstar2.engines.factory import EngineSpec, open_engine
+from rstar2.engines.openai import EngineError
+from rstar2.eval.report import markdown_table
+from rstar2.eval.runner import SAMPLES_JSONL, EvalSettings, Solution, Solve, run_eval
+from rstar2.eval.samples import read_outcomes
+from rstar2.reward import extract_answer
+from rstar2.sandbox import SandboxClient, SandboxError, local_sandbox
+
+DEFAULT_RUNS_DIR = Path("runs/eval")
+
+
+class RunFailed(RuntimeError):
+    """The engine or the sandbox failed mid-run; the finished samples are kept."""
+
+
+def default_out_dir(settings: EvalSettings) -> Path:
+    """``runs/eval/<model>_<benches>_n<n>[_notools]``: the same command names the same run,
+    so repeating it with ``--resume`` continues it."""
+    model = Path(settings.model).stem if settings.model != "default" else "smollm2-135m"
+    benches = "+".join(Path(spec).stem for spec in settings.benchmarks)
+    name = f"{model}_{benches}_n{settings.n}" + ("" if settings.tools else "_notools")
+    return DEFAULT_RUNS_DIR / re.sub(r"[^A-Za-z0-9_.+-]", "-", name)
+
+
+def solution_of(trajectory: Trajectory, answer_tag: bool) -> Solution:
+    """What the runner records of one trajectory."""
+    assistant_text = trajectory.assistant_text
+    return Solution(
+        response="".join(turn.text for turn in trajectory.turns),
+        pred=extract_answer(assistant_text, require_answer_tag=answer_tag),
+        response_tokens=len(trajectory.response_ids),
+        generated_tokens=sum(trajectory.loss_mask),
+        turns=trajectory.num_assistant_turns,
+        tool_calls=len(trajectory.tool_calls),
+        tool_errors=trajectory.num_tool_errors,
+        stop_reason=trajectory.stop_reason,
+        truncated=trajectory.truncated,
+    )
+
+
+def agent_solver(agent: Agent, answer_tag: bool = True) -> Solve:
+    async def solve(problem: Problem) -> Solution:
+        return solution_of(await agent.rollout(problem.problem), answer_tag)
+
+    return solve
+
+
+def rollout_config(settings: EvalSettings) -> RolloutConfig:
+    return RolloutConfig(
+        max_turns=settings.max_turns, max_response_tokens=settings.max_tokens,
+        temperature=settings.temperature, top_p=settings.top_p,
+        prompt=PromptConfig(variant="rstar2" if settings.tools else "no_tools"),
+    )
+
+
+def engine_spec(settings: EvalSettings) -> EngineSpec:
+    return EngineSpec(kind=settings.engine, model=settings.model, base_url=settings.base_url,
+                      tokenizer=settings.tokenizer, max_batch_size=settings.concurrency)
+
+
+async def evaluate(settings: EvalSettings, out_dir: Path, *, resume: bool = False,
+                   sandbox_urls: list[str] | None = None, sandbox_workers: int = 2,
+                   show_progress: bool = True) -> dict:
+    """Run the eval ``settings`` describe into ``out_dir``; returns the results document."""
+    benchmarks = [load_benchmark(spec, settings.data_dir) for spec in settings.benchmarks]
+    engine, tokenizer = open_engine(engine_spec(settings))
+    with contextlib.ExitStack() as services:
+        if settings.tools and not sandbox_urls:
+            sandbox_urls = [services.enter_context(local_sandbox(workers=sandbox_workers))]
+        async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_callback(engine.close)
+            runner = await stack.enter_async_context(SandboxClient(sandbox_urls)) if settings.tools else None
+            solve = agent_solver(Agent(engine, tokenizer, runner, rollout_config(settings)), settings.answer_tag)
+            try:
+                return await run_eval(settings, benchmarks, solve, out_dir, resume=resume,
+                                      show_progress=show_progress)
+            except (EngineError, SandboxError) as error:
+                saved = len(read_outcomes(out_dir / SAMPLES_JSONL))
+                raise RunFailed(f"{error}\n{saved} samples are saved in {out_dir}; "
+                                "fix the cause and repeat the command with --resume") from error
+
+
+def evaluate_and_report(settings: EvalSettings, out_dir: Path, **options) -> str:
+    """``evaluate`` from synchronous code; returns the markdown table and where the run is."""
+    document = asyncio.run(evaluate(settings, out_dir, **options))
+    return f"{markdown_table(document)}\nrun: {out_dir} (results.json, results.md, samples.jsonl)"

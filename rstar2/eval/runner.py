@@ -1,0 +1,209 @@
+"""One eval run: every (benchmark, problem, sample) solved, graded, logged and reported.
+
+Contract of ``run_eval(settings, solve, out_dir)``:
+
+* the work is n samples of every problem (the first ``limit`` of each benchmark), problem by
+  problem so that the n copies of a prompt are in flight together (engines share their prefix);
+* at most ``settings.concurrency`` samples are in flight at once;
+* each sample is graded as soon as it is solved and appended to ``samples.jsonl`` at once,
+  so a killed run loses only what was in flight;
+* with ``resume`` the samples already in ``samples.jsonl`` are skipped; the run's generation
+  and grading settings (``FIXED_FIELDS``) must match the ones in ``config.json`` (a resumed
+  run is one run, not a mixture), while ``n``, ``limit`` and the benchmark list may grow;
+* without ``resume`` a directory that already holds samples is refused, never overwritten;
+* any failure (engine, sandbox) stops the run loudly after cancelling what is in flight;
+  everything finished stays in the log for ``--resume``;
+* at the end ``results.json`` and ``results.md`` are written from the log (``report``).
+
+``solve(problem)`` is whatever produces one response (``rstar2.eval.solver`` builds it from an
+engine, the agent loop and the sandbox); the runner knows nothing of models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from rstar2.data.benchmarks import Benchmark
+from rstar2.data.problems import Problem
+from rstar2.eval.progress import RunProgress
+from rstar2.eval.report import build_results, write_reports
+from rstar2.eval.samples import SampleKey, SampleOutcome, SampleRecord, open_log
+from rstar2.reward import Grader
+
+CONFIG_JSON = "config.json"
+SAMPLES_JSONL = "samples.jsonl"
+
+
+class EvalSettings(BaseModel):
+    """What a run evaluates and how; saved as ``config.json``. Defaults: the paper's §5.1."""
+
+    benchmarks: list[str] = Field(description="Benchmark names or JSONL paths, in report order.")
+    model: str = Field("default", description="'default' (SmolLM2-135M-Instruct), a local model path, "
+                       "or the served model's name for --engine openai.")
+    engine: Literal["hf", "openai"] = Field("hf", description="'hf': embedded transformers; "
+                                            "'openai': an OpenAI-compatible server at base_url.")
+    base_url: str | None = Field(None, description="The server's /v1 URL for --engine openai.")
+    tokenizer: str | None = Field(None, description="Local model whose tokenizer to use when `model` "
+                                  "is a served name (--engine openai).")
+    n: int = Field(16, ge=1, description="Samples per problem.")
+    temperature: float = Field(0.6, ge=0.0, description="Sampling temperature.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    max_tokens: int = Field(30000, ge=1, description="Token budget of a whole response (all turns).")
+    max_turns: int = Field(30, ge=1, description="Assistant turns per rollout.")
+    tools: bool = Field(True, description="Offer the Python tool (the paper's prompt) or not.")
+    answer_tag: bool = Field(True, description="Grade only a \\boxed{} inside <answer> (the paper's "
+                             "reward); False also accepts the last \\boxed{} anywhere.")
+    limit: int | None = Field(None, ge=1, description="Only the first `limit` problems of each benchmark.")
+    concurrency: int = Field(32, ge=1, description="Samples in flight at once.")
+    data_dir: str | None = Field(None, description="Where named benchmarks are read; None: packaged.")
+
+    def report_settings(self) -> dict:
+        """The settings as the results document shows them."""
+        return self.model_dump()
+
+
+# A resumed run must not mix samples drawn or graded under different settings.
+FIXED_FIELDS = ("model", "engine", "temperature", "top_p", "max_tokens", "max_turns", "tools", "answer_tag")
+
+
+class RunConflict(RuntimeError):
+    """The output directory holds a run this one must not be mixed with or overwrite."""
+
+
+@dataclass(frozen=True)
+class Solution:
+    """One response to one problem, as the solver saw it (graded by the runner)."""
+
+    response: str
+    pred: str | None
+    response_tokens: int
+    generated_tokens: int
+    turns: int
+    tool_calls: int
+    tool_errors: int
+    stop_reason: str
+    truncated: bool
+
+
+Solve = Callable[[Problem], Awaitable[Solution]]
+
+
+@dataclass(frozen=True)
+class SampleTask:
+    benchmark: Benchmark
+    problem: Problem
+    index: int
+
+    @property
+    def key(self) -> SampleKey:
+        return (self.benchmark.name, self.problem.id, self.index)
+
+
+def limited(benchmarks: Iterable[Benchmark], limit: int | None) -> list[Benchmark]:
+    """The benchmarks cut to their first ``limit`` problems; names must be unique."""
+    result = [Benchmark(b.name, b.path, b.problems[:limit]) for b in benchmarks]
+    names = [b.name for b in result]
+    if len(set(names)) != len(names):
+        raise RunConflict(f"two benchmarks share a name ({names}); rename a custom file")
+    return result
+
+
+def pending_tasks(benchmarks: Iterable[Benchmark], n: int, done: Mapping[SampleKey, object]) -> list[SampleTask]:
+    """Every sample not yet in ``done``, problem by problem."""
+    tasks = (SampleTask(b, p, i) for b in benchmarks for p in b.problems for i in range(n))
+    return [task for task in tasks if task.key not in done]
+
+
+def check_output_dir(out_dir: Path, settings: EvalSettings, resume: bool) -> None:
+    """Refuse to overwrite a run, or to resume one made with other generation settings."""
+    config_path, samples_path = out_dir / CONFIG_JSON, out_dir / SAMPLES_JSONL
+    has_samples = samples_path.is_file() and samples_path.stat().st_size > 0
+    if has_samples and not resume:
+        raise RunConflict(f"{out_dir} already holds samples; pass --resume to continue that run, "
+                          "or choose another --out")
+    if resume and config_path.is_file():
+        previous = json.loads(config_path.read_text(encoding="utf-8"))
+        changed = [f"{name}: {previous.get(name)!r} -> {getattr(settings, name)!r}"
+                   for name in FIXED_FIELDS if previous.get(name) != getattr(settings, name)]
+        if changed:
+            raise RunConflict(f"cannot resume {out_dir} with other generation settings ({'; '.join(changed)}); "
+                              "use the same settings or another --out")
+
+
+def graded_record(task: SampleTask, solution: Solution, correct: bool, seconds: float) -> SampleRecord:
+    return SampleRecord(
+        bench=task.benchmark.name, problem_id=task.problem.id, sample=task.index, gold=task.problem.answer,
+        pred=solution.pred, correct=correct, response=solution.response,
+        response_tokens=solution.response_tokens, generated_tokens=solution.generated_tokens,
+        turns=solution.turns, tool_calls=solution.tool_calls, tool_errors=solution.tool_errors,
+        stop_reason=solution.stop_reason, truncated=solution.truncated, seconds=seconds,
+    )
+
+
+async def run_tasks(tasks: list[SampleTask], solve: Solve, grader: Grader, concurrency: int,
+                    on_record: Callable[[SampleRecord], None]) -> None:
+    """Solve and grade ``tasks`` with at most ``concurrency`` in flight; the first failure
+    cancels the rest and is raised."""
+    limit = asyncio.Semaphore(concurrency)
+
+    async def one(task: SampleTask) -> None:
+        async with limit:
+            started = time.perf_counter()
+            solution = await solve(task.problem)
+            grade = await asyncio.to_thread(grader.compare_many, [(solution.pred, task.problem.answer)])
+            on_record(graded_record(task, solution, grade[0].correct, time.perf_counter() - started))
+
+    running = [asyncio.ensure_future(one(task)) for task in tasks]
+    try:
+        for finished in asyncio.as_completed(running):
+            await finished
+    finally:
+        for future in running:
+            future.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+
+
+async def run_eval(settings: EvalSettings, benchmarks: list[Benchmark], solve: Solve, out_dir: Path, *,
+                   resume: bool = False, show_progress: bool = True, grader: Grader | None = None) -> dict:
+    """Run (or finish) an eval; returns the results document. See the module docstring."""
+    benchmarks = limited(benchmarks, settings.limit)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    check_output_dir(out_dir, settings, resume)
+    (out_dir / CONFIG_JSON).write_text(json.dumps(settings.report_settings(), indent=2) + "\n", encoding="utf-8")
+    log, done = open_log(out_dir / SAMPLES_JSONL)
+    outcomes: dict[SampleKey, SampleOutcome] = dict(done)
+    tasks = pending_tasks(benchmarks, settings.n, done)
+    finished = done_in(benchmarks, settings.n, done)
+    progress = RunProgress(total=len(tasks) + len(finished), finished=finished, enabled=show_progress)
+
+    def record(sample: SampleRecord) -> None:
+        log.append(sample)
+        outcomes[sample.key] = SampleOutcome.model_validate(sample.model_dump(exclude={"response"}))
+        progress.update(sample.correct)
+
+    own_grader = grader is None
+    grader = grader or Grader(workers=1)
+    try:
+        await run_tasks(tasks, solve, grader, settings.concurrency, record)
+    finally:
+        progress.close()
+        log.close()
+        if own_grader:
+            grader.close()
+    document = build_results(benchmarks, outcomes, settings.report_settings(), settings.n)
+    write_reports(out_dir, document)
+    return document
+
+
+def done_in(benchmarks: Iterable[Benchmark], n: int, done: Mapping[SampleKey, SampleOutcome]) -> list[SampleOutcome]:
+    """The finished samples that belong to this run's work (not those of a larger earlier one)."""
+    keys = (SampleTask(b, p, i).key for b in benchmarks for p in b.problems for i in range(n))
+    return [done[key] for key in keys if key in done]
