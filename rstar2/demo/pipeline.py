@@ -55,7 +55,7 @@ class DemoSettings(BaseModel):
     recipe: str = Field(str(DEFAULT_RECIPE), description="The RL phase's recipe.")
     overrides: list[str] = Field(default_factory=list, description="Dotted overrides of the recipe.")
     name: str | None = Field(None, description="Run name; default: the recipe's name.")
-    sft_problems: int = Field(128, ge=1, description="SFT traces of basic problems.")
+    sft_problems: int = Field(112, ge=1, description="SFT traces of basic problems.")
     sft_hard_problems: int = Field(24, ge=0, description="SFT traces of hard problems (RL's kind), "
                                    "so that RL starts with some success on them.")
     sft_broken_share: float = Field(0.2, ge=0, le=1, description="Share of SFT traces whose first "
