@@ -6,7 +6,7 @@ Names are ``section/quantity``. Over every sampled rollout: ``reward/accuracy`` 
 correct), ``tools/*`` and ``roc/*_penalty_mean`` (``roc.rollout_metrics``; the paper's Fig. 4
 quantity is ``tools/error_ratio_in_positives``), ``tools/call_rate`` (share of rollouts with a
 call), ``response/length_mean|max`` (response tokens, tool responses included) and
-``response/truncated_ratio``. Over the kept rollouts, the ones the update saw: ``reward/mean``.
+``response/truncated_ratio``. Over the kept rollouts, the ones the update saw: ``reward/mean`` (absent when RoC kept none).
 Then RoC's group counts (``roc.decision_counts``), the loss stats of the update (entropy, clip
 fractions, ...), ``train/grad_norm``, ``train/lr`` and ``time/*`` seconds by phase.
 """
@@ -37,8 +37,8 @@ def step_metrics(
     lr: float,
     timings: Mapping[str, float],
 ) -> dict[str, float]:
-    """Every metric of one step (see the module docstring); the update's entries are absent
-    when every group was dropped and no update ran."""
+    """Every metric of one step (see the module docstring); ``reward/mean`` and the update's
+    entries are absent when every group was dropped and no update ran."""
     rollouts = [rollout for group in groups for rollout in group]
     facts = [rollout.facts for rollout in rollouts]
     kept = [group[i].facts for group, d in zip(groups, decisions) for i in d.kept]
@@ -46,7 +46,6 @@ def step_metrics(
     n = max(len(rollouts), 1)
     metrics = {
         "reward/accuracy": sum(f.reward for f in facts) / n,
-        "reward/mean": sum(f.reward for f in kept) / len(kept) if kept else 0.0,
         "tools/call_rate": sum(f.tool_calls > 0 for f in facts) / n,
         **rollout_metrics(facts),
         "response/length_mean": sum(lengths) / n,
@@ -55,6 +54,8 @@ def step_metrics(
         **decision_counts(decisions),
         "train/lr": lr,
     }
+    if kept:
+        metrics["reward/mean"] = sum(f.reward for f in kept) / len(kept)
     if stats is not None:
         metrics.update(stats.summary())
         metrics["train/grad_norm"] = float(grad_norm)

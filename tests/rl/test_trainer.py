@@ -25,12 +25,12 @@ from rstar2.sft.dataset import sft_traces, split_tasks, write_problems
 from rstar2.sft.train import SFTSettings, sft_train
 
 STEP_KEYS = {
-    "reward/mean", "reward/accuracy", "roc/dropped_share", "tools/calls_per_rollout", "tools/error_ratio",
+    "reward/accuracy", "roc/dropped_share", "tools/calls_per_rollout", "tools/error_ratio",
     "tools/error_ratio_in_positives", "roc/format_penalty_mean", "response/length_mean",
     "response/length_max", "response/truncated_ratio", "time/rollout", "time/tools", "time/reward",
     "time/update", "time/step",
 }
-UPDATE_KEYS = {"loss/entropy", "loss/clip_fraction", "train/grad_norm"}
+UPDATE_KEYS = {"reward/mean", "loss/entropy", "loss/clip_fraction", "train/grad_norm"}
 
 
 def make_config(tmp_path, data, **rl):
