@@ -87,29 +87,30 @@ class Trainer:
     # ----------------------------------------------------------------- state
     def restore(self, resume: bool) -> None:
         """Continue the run's latest checkpoint (``resume``), else start from ``rl.init``."""
+        if self.config.rl.loss.kl_coef > 0:
+            self.reference = self.reference_policy()
         latest = latest_checkpoint(self.checkpoints) if resume else None
         if latest is not None:
             state = load_checkpoint(latest, self.model, self.optimizer, self.scheduler)
             self.completed_steps = state.step
             self.order = PromptOrder(len(self.problems), self.config.seed, **state.data_position)
-        else:
-            self.start_from_init()
-        if self.config.rl.loss.kl_coef > 0 and self.reference is None:
-            self.reference = frozen_copy(self.model)
+        elif self.config.rl.init.checkpoint is not None:
+            keep_optimizer = not self.config.rl.init.reset_optimizer  # stage 3 resets it
+            load_checkpoint(resolve_checkpoint(self.config.rl.init.checkpoint), self.model,
+                            self.optimizer if keep_optimizer else None,
+                            self.scheduler if keep_optimizer else None, restore_rng=False)
         self.push_weights()
 
-    def start_from_init(self) -> None:
-        """Load the previous stage's checkpoint when the recipe names one; the optimizer and
-        warm-up continue unless reset, and the KL reference is the stage's start or its base."""
+    def reference_policy(self) -> torch.nn.Module:
+        """The KL reference: ``model.path``'s weights, or with ``init.reset_reference`` the
+        stage's starting checkpoint. Built from the policy before any checkpoint is loaded
+        into it, so a resumed run gets the same reference as the run it continues."""
+        reference = copy.deepcopy(self.model)
         init = self.config.rl.init
-        if init.checkpoint is None:
-            return
-        if self.config.rl.loss.kl_coef > 0 and not init.reset_reference:
-            self.reference = frozen_copy(self.model)
-        keep_optimizer = not init.reset_optimizer
-        load_checkpoint(resolve_checkpoint(init.checkpoint), self.model,
-                        self.optimizer if keep_optimizer else None,
-                        self.scheduler if keep_optimizer else None, restore_rng=False)
+        if init.checkpoint is not None and init.reset_reference:
+            load_checkpoint(resolve_checkpoint(init.checkpoint), reference, restore_rng=False)
+        reference.eval().requires_grad_(False)
+        return reference
 
     # ----------------------------------------------------------------- the loop
     async def run(self) -> list[dict]:
@@ -255,10 +256,3 @@ def seed_engine(engine, seed: int) -> None:
     generator = getattr(engine, "generator", None)
     if isinstance(generator, torch.Generator):
         generator.manual_seed(seed)
-
-
-def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
-    """The KL reference: a copy of ``model`` that never trains."""
-    reference = copy.deepcopy(model).eval()
-    reference.requires_grad_(False)
-    return reference
