@@ -86,8 +86,8 @@ def test_a_step_without_learning_signal_is_recorded_and_leaves_the_weights(tmp_p
 
 @pytest.mark.slow
 def test_two_steps_after_sft_change_the_weights_and_resume_continues(tmp_path, sandbox_url):
-    splits = split_tasks(seed=11, sft=32, rl=1, heldout=2)
-    data = write_problems(tmp_path / "rl.jsonl", split_tasks(seed=12, sft=16, rl=1, heldout=2).sft)
+    splits = split_tasks(seed=11, sft=24, sft_hard=8, rl=16, heldout=2)
+    data = write_problems(tmp_path / "rl.jsonl", splits.rl)  # hard: the SFT model solves some
     config = make_config(tmp_path, data)
     model = load_policy(config.model)
     engine = HFEngine(HFEngineConfig(dtype="bfloat16", max_batch_size=16))  # its own copy
