@@ -14,15 +14,17 @@ questions in the paper's prompt (~450 tokens, the system prompt shared), 256 new
 * ``HFEngine``: a fresh engine (nothing cached) fed the same token ids concurrently.
 
 Part 2, rollouts/s of a tool-using batch: the agent loop on HFEngine with a local sandbox.
-The base model rarely calls the tool on its own, so each rollout's first turn is
-teacher-forced to start with a Python tool call (mask 0); the model then continues, the
-sandbox runs every call, and later turns are free.
+The base model rarely calls the tool on its own, so each rollout's first turn is scripted:
+a Python tool call ending the turn (mask 0). The sandbox runs every call and the model writes
+the following turns (up to the response budget), so generation, tool calls and resumed
+sequences interleave as in training.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import time
 
 import torch
@@ -36,11 +38,11 @@ QUESTIONS = [
     f"Let n = {a}. What is the sum of the digits of n^{b} plus {c}?"
     for a, b, c in zip(range(12, 100, 3), range(3, 40), range(100, 140))
 ]
-FORCED_CALL = (
+SCRIPTED_TURN = (
     "I will compute it with Python.\n<tool_call>\n"
     '{{"name": "execute_python_code_with_standard_io", "arguments": '
     '{{"code": "n = {n}\\nprint(sum(int(d) for d in str(n ** 7)))", "input": ""}}}}\n'
-    "</tool_call>"
+    "</tool_call><|im_end|>"
 )
 
 
@@ -98,17 +100,53 @@ def bench_generation(args) -> None:
         del model
 
 
+def bench_rollouts(args) -> None:
+    """Rollouts/s of a batch whose every rollout calls the tool at least once."""
+    from rstar2.agent.rollout import Agent, RolloutConfig
+    from rstar2.sandbox import SandboxClient, local_sandbox
+
+    engine = HFEngine(HFEngineConfig(model=args.model, dtype=args.dtypes[-1],
+                                     max_batch_size=args.rollouts))
+    config = RolloutConfig(temperature=1.0, max_turns=4, max_response_tokens=args.new_tokens)
+
+    async def run(url):
+        async with SandboxClient(url) as client:
+            agent = Agent(engine, engine.tokenizer, client, config)
+            jobs = [agent.rollout(q, SCRIPTED_TURN.format(n=12 + i))
+                    for i, q in enumerate(questions(args.rollouts))]
+            return await asyncio.gather(*jobs)
+
+    with local_sandbox(workers=2) as url:
+        start = time.perf_counter()
+        trajectories = asyncio.run(run(url))
+        elapsed = time.perf_counter() - start
+    engine.shutdown()
+    calls = [c for t in trajectories for c in t.tool_calls]
+    sampled = sum(sum(t.loss_mask) for t in trajectories)
+    stops = collections.Counter(t.stop_reason for t in trajectories)
+    print(f"\nrollouts with tools ({args.dtypes[-1]}, {args.rollouts} rollouts, budget "
+          f"{args.new_tokens} tokens): {elapsed:.1f} s, {len(trajectories) / elapsed:.2f} "
+          f"rollouts/s, {sampled / elapsed:.1f} sampled tok/s")
+    print(f"  tool calls: {len(calls)} ({sum(c.error for c in calls)} errors), mean sandbox "
+          f"time {sum(c.duration_s for c in calls) / max(len(calls), 1) * 1000:.0f} ms; "
+          f"stop reasons: {dict(stops)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="default")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--rollouts", type=int, default=32, help="Batch of tool rollouts.")
     parser.add_argument("--skip-generation", action="store_true")
+    parser.add_argument("--skip-rollouts", action="store_true")
     args = parser.parse_args()
     set_cpu_threads()
     if not args.skip_generation:
         bench_generation(args)
+    if not args.skip_rollouts:
+        bench_rollouts(args)
 
 
 if __name__ == "__main__":

@@ -93,7 +93,8 @@ def test_sampled_logprobs_are_reproduced_by_a_forward_pass(hf_engine, sandbox_ur
 ])
 def test_errors_come_back_as_tool_responses(hf_engine, sandbox_url, tokenizer, forced, status,
                                             expected):
-    traj = rollout(hf_engine, sandbox_url, "What is 1/0?", forced, max_turns=2)
+    traj = rollout(hf_engine, sandbox_url, "What is 1/0?", forced, max_turns=2,
+                   max_response_tokens=192)
     check_invariants(traj, tokenizer)
     call = traj.tool_calls[0]
     assert call.status == status and call.error and expected in call.output
