@@ -46,6 +46,8 @@ def evaluate(
     max_turns: int = typer.Option(30, "--max-turns", min=1, help="Assistant turns per rollout."),
     tools: bool = typer.Option(True, "--tools/--no-tools", help="Offer the Python tool (the paper's prompt), "
                                "or the same answer format without it."),
+    prompt: str = typer.Option("rstar2", "--prompt", help="'rstar2': the paper's prompt with the tool schema "
+                               "(~450 tokens); 'short': its ~100-token form, which `rstar2 demo` trains with."),
     answer_tag: bool = typer.Option(True, "--answer-tag/--no-answer-tag", help="Grade only a \\boxed{} inside "
                                     "<answer>...</answer> (the paper's reward), or also the last \\boxed{} "
                                     "anywhere (for models that do not use the tags)."),
@@ -71,6 +73,8 @@ def evaluate(
         raise fail("--bench is required (e.g. --bench aime2024,math500); see `rstar2 eval --help`")
     if engine not in ("hf", "openai"):
         raise fail(f"--engine must be 'hf' or 'openai', got {engine!r}")
+    if prompt not in ("rstar2", "short"):
+        raise fail(f"--prompt must be 'rstar2' or 'short', got {prompt!r}")
     from rstar2.data import DataError, split_specs
     from rstar2.eval.launch import RunFailed, default_out_dir, evaluate_and_report
     from rstar2.eval.runner import EvalSettings, RunConflict
@@ -79,7 +83,7 @@ def evaluate(
         settings = EvalSettings(
             benchmarks=split_specs(bench), model=model, engine=engine, base_url=base_url, tokenizer=tokenizer,
             n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, max_turns=max_turns, tools=tools,
-            answer_tag=answer_tag,
+            prompt=prompt, answer_tag=answer_tag,
             limit=limit, concurrency=concurrency, data_dir=str(data_dir) if data_dir else None,
         )
         table = evaluate_and_report(settings, out or default_out_dir(settings), resume=resume,

@@ -40,11 +40,12 @@ class RunFailed(RuntimeError):
 
 
 def default_out_dir(settings: EvalSettings) -> Path:
-    """``runs/eval/<model>_<benches>_n<n>[_notools]``: the same command names the same run,
+    """``runs/eval/<model>_<benches>_n<n>[_short|_notools]``: the same command names the same run,
     so repeating it with ``--resume`` continues it."""
     model = Path(settings.model).stem if settings.model != "default" else "smollm2-135m"
     benches = "+".join(Path(spec).stem for spec in settings.benchmarks)
-    name = f"{model}_{benches}_n{settings.n}" + ("" if settings.tools else "_notools")
+    variant = {"rstar2": "", "short": "_short"}[settings.prompt] if settings.tools else "_notools"
+    name = f"{model}_{benches}_n{settings.n}{variant}"
     return DEFAULT_RUNS_DIR / re.sub(r"[^A-Za-z0-9_.+-]", "-", name)
 
 
@@ -75,7 +76,7 @@ def rollout_config(settings: EvalSettings) -> RolloutConfig:
     return RolloutConfig(
         max_turns=settings.max_turns, max_response_tokens=settings.max_tokens,
         temperature=settings.temperature, top_p=settings.top_p,
-        prompt=PromptConfig(variant="rstar2" if settings.tools else "no_tools"),
+        prompt=PromptConfig(variant=settings.prompt if settings.tools else "no_tools"),
     )
 
 

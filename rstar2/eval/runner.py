@@ -59,19 +59,18 @@ class EvalSettings(BaseModel):
     max_tokens: int = Field(30000, ge=1, description="Token budget of a whole response (all turns).")
     max_turns: int = Field(30, ge=1, description="Assistant turns per rollout.")
     tools: bool = Field(True, description="Offer the Python tool (the paper's prompt) or not.")
+    prompt: Literal["rstar2", "short"] = Field("rstar2", description="'rstar2': the paper's prompt (Fig. 3); "
+                                               "'short': its ~100-token form the CPU demo trains with.")
     answer_tag: bool = Field(True, description="Grade only a \\boxed{} inside <answer> (the paper's "
                              "reward); False also accepts the last \\boxed{} anywhere.")
     limit: int | None = Field(None, ge=1, description="Only the first `limit` problems of each benchmark.")
     concurrency: int = Field(32, ge=1, description="Samples in flight at once.")
     data_dir: str | None = Field(None, description="Where named benchmarks are read; None: packaged.")
 
-    def report_settings(self) -> dict:
-        """The settings as the results document shows them."""
-        return self.model_dump()
-
 
 # A resumed run must not mix samples drawn or graded under different settings.
-FIXED_FIELDS = ("model", "engine", "temperature", "top_p", "max_tokens", "max_turns", "tools", "answer_tag")
+FIXED_FIELDS = ("model", "engine", "temperature", "top_p", "max_tokens", "max_turns", "tools", "prompt",
+                "answer_tag")
 
 
 class RunConflict(RuntimeError):
@@ -177,7 +176,7 @@ async def run_eval(settings: EvalSettings, benchmarks: list[Benchmark], solve: S
     benchmarks = limited(benchmarks, settings.limit)
     out_dir.mkdir(parents=True, exist_ok=True)
     check_output_dir(out_dir, settings, resume)
-    (out_dir / CONFIG_JSON).write_text(json.dumps(settings.report_settings(), indent=2) + "\n", encoding="utf-8")
+    (out_dir / CONFIG_JSON).write_text(json.dumps(settings.model_dump(), indent=2) + "\n", encoding="utf-8")
     log, done = open_log(out_dir / SAMPLES_JSONL)
     outcomes: dict[SampleKey, SampleOutcome] = dict(done)
     tasks = pending_tasks(benchmarks, settings.n, done)
@@ -198,7 +197,7 @@ async def run_eval(settings: EvalSettings, benchmarks: list[Benchmark], solve: S
         log.close()
         if own_grader:
             grader.close()
-    document = build_results(benchmarks, outcomes, settings.report_settings(), settings.n)
+    document = build_results(benchmarks, outcomes, settings.model_dump(), settings.n)
     write_reports(out_dir, document)
     return document
 
