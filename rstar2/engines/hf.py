@@ -406,10 +406,10 @@ class HFEngine:
         return None
 
     def park(self, r: Resident, reason: str | None) -> None:
-        """Deliver ``r``'s completion and move it to the parked range, keeping its keys."""
-        if reason:
-            resolve(r.request.future, Completion(
-                token_ids=r.out_ids, logprobs=r.out_logprobs, finish_reason=reason))
+        """Move ``r`` to the parked range, keeping its keys, then deliver its completion.
+
+        Delivering last means a caller woken by the completion sees the engine already settled."""
+        request = r.request
         r.request, r.last_used = None, self.clock
         self.swap(self.residents.index(r), self.n_active - 1)
         self.n_active -= 1
@@ -418,6 +418,9 @@ class HFEngine:
             victim = min(parked, key=lambda i: self.residents[i].last_used)
             self.swap(victim, len(self.residents) - 1)
             self.residents.pop()
+        if reason:
+            resolve(request.future, Completion(
+                token_ids=r.out_ids, logprobs=r.out_logprobs, finish_reason=reason))
 
 
 def block_groups(rows: list[Resident]) -> list[tuple[slots.PrefixBlock, torch.Tensor | None]]:
