@@ -91,6 +91,10 @@ def evaluate(
                                     show_progress=not quiet)
     except (DataError, RunConflict, RunFailed, ValueError) as error:
         raise fail(str(error)) from error
+    except KeyboardInterrupt:
+        typer.echo("interrupted: finished samples are saved; repeat the command with --resume to continue",
+                   err=True)
+        raise typer.Exit(130) from None
     typer.echo(table)
 
 

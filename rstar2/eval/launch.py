@@ -27,7 +27,7 @@ from rstar2.data.problems import Problem
 from rstar2.engines.factory import EngineSpec, open_engine
 from rstar2.engines.openai import EngineError
 from rstar2.eval.report import markdown_table
-from rstar2.eval.runner import SAMPLES_JSONL, EvalSettings, Solution, Solve, run_eval
+from rstar2.eval.runner import SAMPLES_JSONL, EvalSettings, Solution, Solve, check_output_dir, run_eval
 from rstar2.eval.samples import read_outcomes
 from rstar2.reward import extract_answer
 from rstar2.sandbox import SandboxClient, SandboxError, local_sandbox
@@ -85,15 +85,24 @@ def engine_spec(settings: EvalSettings) -> EngineSpec:
                       tokenizer=settings.tokenizer, max_batch_size=settings.concurrency)
 
 
+def start_local_sandbox(services: contextlib.ExitStack, workers: int) -> str:
+    """A private sandbox for the run, stopped with ``services``."""
+    try:
+        return services.enter_context(local_sandbox(workers=workers))
+    except RuntimeError as error:
+        raise RunFailed(f"cannot start a local sandbox: {error}\npass --sandbox-url, or --no-tools") from error
+
+
 async def evaluate(settings: EvalSettings, out_dir: Path, *, resume: bool = False,
                    sandbox_urls: list[str] | None = None, sandbox_workers: int = 2,
                    show_progress: bool = True) -> dict:
     """Run the eval ``settings`` describe into ``out_dir``; returns the results document."""
     benchmarks = [load_benchmark(spec, settings.data_dir) for spec in settings.benchmarks]
+    check_output_dir(out_dir, settings, resume)  # before the model loads: a refusal should be quick
     engine, tokenizer = open_engine(engine_spec(settings))
     with contextlib.ExitStack() as services:
         if settings.tools and not sandbox_urls:
-            sandbox_urls = [services.enter_context(local_sandbox(workers=sandbox_workers))]
+            sandbox_urls = [start_local_sandbox(services, sandbox_workers)]
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_callback(engine.close)
             runner = await stack.enter_async_context(SandboxClient(sandbox_urls)) if settings.tools else None
