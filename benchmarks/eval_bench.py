@@ -4,6 +4,7 @@ Run (heavy: a few minutes on 2 cores; take the shared lock so other heavy jobs d
 
     flock /tmp/rstar2-heavy.lock .venv/bin/python benchmarks/eval_bench.py
     flock /tmp/rstar2-heavy.lock .venv/bin/python benchmarks/eval_bench.py --problems 32 -n 4 --max-tokens 1024
+    flock /tmp/rstar2-heavy.lock .venv/bin/python benchmarks/eval_bench.py --model runs/cpu-demo/sft --prompt short
 
 Part 1, samples/s: ``run_eval`` exactly as ``rstar2 eval`` runs it -- the embedded model
 (SmolLM2-135M-Instruct, HFEngine), the paper's prompt with the Python tool, a local sandbox,
@@ -93,8 +94,8 @@ async def timed_run(settings: EvalSettings, engine, tokenizer, sandbox_url: str,
 
 
 async def main(args: argparse.Namespace) -> None:
-    settings = EvalSettings(benchmarks=["gsm8k"], n=args.n, limit=args.problems, max_tokens=args.max_tokens,
-                            concurrency=args.concurrency)
+    settings = EvalSettings(benchmarks=["gsm8k"], model=args.model, prompt=args.prompt, n=args.n,
+                            limit=args.problems, max_tokens=args.max_tokens, concurrency=args.concurrency)
     samples = args.problems * args.n
     model, tokenizer = open_engine(engine_spec(settings))
     recording = RecordingEngine(model)
@@ -107,8 +108,8 @@ async def main(args: argparse.Namespace) -> None:
         grader.compare_many([("\\frac{1}{2}", "0.5")])
         seconds, document = await timed_run(settings, recording, tokenizer, sandbox_url, grader, Path(tmp) / "model")
         stats = document["benchmarks"]["gsm8k"]
-        print(f"model run: {samples} samples ({args.problems} problems x {args.n}), concurrency {args.concurrency}, "
-              f"max tokens {args.max_tokens}, tools on")
+        print(f"model run ({args.model}, {args.prompt} prompt): {samples} samples ({args.problems} problems x "
+              f"{args.n}), concurrency {args.concurrency}, max tokens {args.max_tokens}, tools on")
         print(f"  {seconds:.1f} s -> {samples / seconds:.2f} samples/s, "
               f"{recording.generated_tokens / seconds:.0f} generated tokens/s, "
               f"{stats['mean_response_tokens']:.0f} mean response tokens, "
@@ -126,6 +127,11 @@ async def main(args: argparse.Namespace) -> None:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="default",
+                        help="'default' (SmolLM2-135M-Instruct) or a local model directory, e.g. the demo's "
+                             "runs/cpu-demo/sft, which calls the tool in every answer.")
+    parser.add_argument("--prompt", choices=["rstar2", "short"], default="rstar2",
+                        help="Prompt variant ('short' for models trained by `rstar2 demo`).")
     parser.add_argument("--problems", type=int, default=16, help="First GSM8K test problems to use.")
     parser.add_argument("-n", type=int, default=4, help="Samples per problem.")
     parser.add_argument("--max-tokens", type=int, default=512, help="Response token budget per sample.")
