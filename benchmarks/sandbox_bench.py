@@ -9,7 +9,9 @@ own answers), ``mix`` (80% of those, 10% infinite loops, 10% exceptions, 1 s dea
 Every answer is checked against the outcome its snippet must have; a finished snippet
 reported as failed counts as wrong. The baseline is what several peers do:
 ``subprocess.run([sys.executable, "-c", code], timeout=...)`` per call, C threads.
-Also printed: memory of the service at rest, and processes left after it stopped.
+Also printed: memory of the service at rest, processes left after it stopped, and the same
+load on the worker pool alone, in this process without HTTP or client (``pool`` lines): the
+difference is what the HTTP service and ``SandboxClient`` cost per call.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from dataclasses import dataclass
 import httpx
 
 from rstar2.sandbox import SandboxClient, local_sandbox
+from rstar2.sandbox.metrics import SandboxMetrics
+from rstar2.sandbox.pool import PoolConfig, WorkerPool
+from rstar2.sandbox.protocol import RunRequest
 
 MIX_TIMEOUT_S = 1.0
 TRIVIAL = ("print(1+1)", "ok", "2\n")
@@ -87,6 +92,32 @@ async def load_service(url: str, workload: str, concurrency: int, seconds: float
         started = time.monotonic()
         await asyncio.gather(*(caller(i) for i in range(concurrency)))
         return Outcome(latencies, wrong, time.monotonic() - started)
+
+
+async def load_pool(workers: int, workload: str, concurrency: int, seconds: float) -> Outcome:
+    """The same closed loop straight into a ``WorkerPool`` of this process: no HTTP, no client."""
+    pool = WorkerPool(PoolConfig(workers=workers, port=8071), SandboxMetrics())
+    await pool.start()
+    latencies, wrong = [], 0
+    try:
+        await pool.run_many([RunRequest(code="pass")] * workers)  # workers started and warm
+
+        async def caller(seed: int) -> None:
+            nonlocal wrong
+            rng = random.Random(seed)
+            while time.monotonic() < stop:
+                code, status, stdout, timeout = pick(workload, rng)
+                started = time.perf_counter()
+                (result,) = await pool.run_many([RunRequest(code=code, timeout_s=timeout)])
+                latencies.append(time.perf_counter() - started)
+                wrong += not is_right(result.status, result.stdout, status, stdout)
+
+        started = time.monotonic()
+        stop = started + seconds
+        await asyncio.gather(*(caller(i) for i in range(concurrency)))
+        return Outcome(latencies, wrong, time.monotonic() - started)
+    finally:
+        await pool.close()
 
 
 def naive_call(code: str, timeout: float) -> tuple[str, str]:
@@ -190,6 +221,10 @@ def main() -> None:
         pids, uids = service_processes(service_pid(url))
     time.sleep(1.0)
     print(f"processes of the service (workers, calls) left after it stopped: {left_behind(pids, uids)}")
+    for workload in workloads:
+        for c in levels:
+            alone = asyncio.run(load_pool(args.workers, workload, c, args.seconds))
+            print(f"pool    {workload:8s} c={c:<3d} {alone.summary()}   (no HTTP, no client)", flush=True)
     if args.no_baseline:
         return
     for workload in workloads:
