@@ -74,7 +74,8 @@ def is_right(status: str, stdout: str, expected_status: str, expected_stdout: st
     return status == expected_status and (expected_stdout is None or stdout == expected_stdout)
 
 
-async def load_service(url: str, workload: str, concurrency: int, seconds: float) -> Outcome:
+async def closed_loop(run_one, workload: str, concurrency: int, seconds: float) -> Outcome:
+    """``concurrency`` callers each awaiting ``run_one(code, timeout_s)`` in turn for ``seconds``."""
     latencies, wrong = [], 0
     stop = time.monotonic() + seconds
 
@@ -84,38 +85,34 @@ async def load_service(url: str, workload: str, concurrency: int, seconds: float
         while time.monotonic() < stop:
             code, status, stdout, timeout = pick(workload, rng)
             started = time.perf_counter()
-            result = await client.run(code, timeout_s=timeout)
+            result = await run_one(code, timeout)
             latencies.append(time.perf_counter() - started)
             wrong += not is_right(result.status, result.stdout, status, stdout)
 
+    started = time.monotonic()
+    await asyncio.gather(*(caller(i) for i in range(concurrency)))
+    return Outcome(latencies, wrong, time.monotonic() - started)
+
+
+async def load_service(url: str, workload: str, concurrency: int, seconds: float) -> Outcome:
+    """The closed loop through ``SandboxClient`` and the HTTP service."""
     async with SandboxClient(url, max_concurrency=concurrency) as client:
-        started = time.monotonic()
-        await asyncio.gather(*(caller(i) for i in range(concurrency)))
-        return Outcome(latencies, wrong, time.monotonic() - started)
+        return await closed_loop(lambda code, timeout: client.run(code, timeout_s=timeout),
+                                 workload, concurrency, seconds)
 
 
 async def load_pool(workers: int, workload: str, concurrency: int, seconds: float) -> Outcome:
     """The same closed loop straight into a ``WorkerPool`` of this process: no HTTP, no client."""
     pool = WorkerPool(PoolConfig(workers=workers, port=8071), SandboxMetrics())
     await pool.start()
-    latencies, wrong = [], 0
+
+    async def run_one(code: str, timeout: float | None):
+        (result,) = await pool.run_many([RunRequest(code=code, timeout_s=timeout)])
+        return result
+
     try:
         await pool.run_many([RunRequest(code="pass")] * workers)  # workers started and warm
-
-        async def caller(seed: int) -> None:
-            nonlocal wrong
-            rng = random.Random(seed)
-            while time.monotonic() < stop:
-                code, status, stdout, timeout = pick(workload, rng)
-                started = time.perf_counter()
-                (result,) = await pool.run_many([RunRequest(code=code, timeout_s=timeout)])
-                latencies.append(time.perf_counter() - started)
-                wrong += not is_right(result.status, result.stdout, status, stdout)
-
-        started = time.monotonic()
-        stop = started + seconds
-        await asyncio.gather(*(caller(i) for i in range(concurrency)))
-        return Outcome(latencies, wrong, time.monotonic() - started)
+        return await closed_loop(run_one, workload, concurrency, seconds)
     finally:
         await pool.close()
 

@@ -55,12 +55,13 @@ def test_left_padded_batch_gives_each_sequence_its_own_logprobs():
         assert tensors.loss_mask[row, :-width].sum() == 0  # padding is never trained on
 
 
-def run_update(micro_batch_tokens: int):
+def run_update(micro_batch_tokens: int, loss: LossConfig = SETTINGS.loss, reference: torch.nn.Module | None = None):
+    """One update of a fresh tiny model on ``SEQUENCES``."""
     model = tiny_model()
     optimizer = build_optimizer(model.parameters(), OptimizerConfig(lr=1e-2, warmup_steps=0))
     scheduler = build_scheduler(optimizer, OptimizerConfig(lr=1e-2, warmup_steps=0))
-    settings = UpdateSettings(**{**SETTINGS.__dict__, "micro_batch_tokens": micro_batch_tokens})
-    stats, norm = policy_update(model, optimizer, scheduler, SEQUENCES, settings)
+    settings = UpdateSettings(**{**SETTINGS.__dict__, "micro_batch_tokens": micro_batch_tokens, "loss": loss})
+    stats, norm = policy_update(model, optimizer, scheduler, SEQUENCES, settings, reference=reference)
     return model, stats, norm
 
 
@@ -93,24 +94,15 @@ def test_recomputed_old_logprobs_make_the_first_ratio_one():
     assert any(not torch.equal(a, b) for a, b in zip(model.parameters(), before.parameters()))
 
 
-def kl_update(reference: torch.nn.Module, kl_coef: float):
-    """One update of the tiny model with the KL option against ``reference``."""
-    model = tiny_model()
-    optimizer = build_optimizer(model.parameters(), OptimizerConfig(lr=1e-2, warmup_steps=0))
-    scheduler = build_scheduler(optimizer, OptimizerConfig(lr=1e-2, warmup_steps=0))
-    settings = UpdateSettings(**{**SETTINGS.__dict__, "loss": LossConfig(kl_coef=kl_coef), "micro_batch_tokens": 30})
-    stats, norm = policy_update(model, optimizer, scheduler, SEQUENCES, settings, reference=reference)
-    return model, stats.summary(), norm
-
-
 def test_kl_to_a_reference_flows_through_the_micro_batched_update():
-    _, same, same_norm = kl_update(tiny_model(), kl_coef=0.5)  # reference = the policy itself
-    assert same["loss/kl"] == pytest.approx(0.0, abs=1e-6)
+    kl = LossConfig(kl_coef=0.5)
+    _, same, same_norm = run_update(30, kl, reference=tiny_model())  # reference = the policy itself
+    assert same.summary()["loss/kl"] == pytest.approx(0.0, abs=1e-6)
     _, _, plain_norm = run_update(30)
     assert same_norm == pytest.approx(plain_norm, rel=1e-4)  # k3's gradient is 0 at the reference
 
     other = tiny_model(seed=1)
-    _, far, far_norm = kl_update(other, kl_coef=0.5)
-    assert far["loss/kl"] > 0.01
+    _, far, far_norm = run_update(30, kl, reference=other)
+    assert far.summary()["loss/kl"] > 0.01
     assert far_norm != pytest.approx(plain_norm, rel=1e-3)
     assert all(not p.requires_grad or p.grad is None for p in other.parameters())  # the reference is not trained
