@@ -19,6 +19,14 @@ if ! command -v bwrap >/dev/null 2>&1; then
   fi
 fi
 
+# Debian's chromium, for the browser tests of `rstar2 view` (driven by Playwright, no browser
+# download); without root they skip and say why.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "setup: installing chromium (the browser tests of rstar2 view)" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
+    || echo "setup: chromium could not be installed; the browser tests will skip" >&2
+fi
+
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 pip_install() {  # quiet on success; on failure, pip's own words (minus this machine's mirror noise)
   local log; log=$(mktemp)
@@ -36,5 +44,5 @@ stamp="$VENV/.rstar2-installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "setup: installing rstar2 and its dependencies into $VENV" >&2
   pip_install -e ".[dev]"
-  "$VENV/bin/python" -c "import rstar2, fastapi, transformers, math_verify" && touch "$stamp"
+  "$VENV/bin/python" -c "import rstar2, fastapi, transformers, math_verify, playwright" && touch "$stamp"
 fi

@@ -39,6 +39,7 @@ import torch
 from rstar2.agent.prompt import PromptConfig
 from rstar2.agent.rollout import Agent, CodeRunner
 from rstar2.agent.rollout import RolloutConfig as AgentRolloutConfig
+from rstar2.agent.trajectory import Trajectory
 from rstar2.data.problems import Problem
 from rstar2.reward import Grader
 from rstar2.rl.advantage import group_advantages
@@ -60,6 +61,7 @@ class Trainer:
         self.config = config
         self.model = model
         self.engine = engine
+        self.tokenizer = tokenizer
         self.grader = grader
         self.problems = list(problems)
         self.console = console
@@ -146,7 +148,7 @@ class Trainer:
         timings["step"] = time.perf_counter() - started
         metrics = step_metrics(groups, decisions, stats, grad_norm, lr, timings)
         shown = self.config.logging.rollouts_per_step
-        rows = rollout_rows(step + 1, problems[:shown], groups[:shown], decisions[:shown])
+        rows = rollout_rows(step + 1, problems[:shown], groups[:shown], decisions[:shown], self.tokenizer)
         return metrics, rows
 
     async def sample(self, problems: list[Problem], seed: int) -> tuple[list[list[Rollout]], dict]:
@@ -227,8 +229,10 @@ def training_sequences(groups: Sequence[Sequence[Rollout]], decisions: Sequence[
 
 
 def rollout_rows(step: int, problems: Sequence[Problem], groups: Sequence[Sequence[Rollout]],
-                 decisions: Sequence[GroupDecision]) -> list[dict]:
-    """One JSON row per sampled rollout of the logged groups, with RoC's verdict on it."""
+                 decisions: Sequence[GroupDecision], tokenizer) -> list[dict]:
+    """One JSON row per sampled rollout of the logged groups, with RoC's verdict on it and, for
+    ``rstar2 view``'s per-token shading, each response token's text with its sampled log-prob
+    (null for tokens the model did not sample: tool responses, template separators)."""
     rows = []
     for group_index, (problem, group, decision) in enumerate(zip(problems, groups, decisions)):
         for index, rollout in enumerate(group):
@@ -239,10 +243,19 @@ def rollout_rows(step: int, problems: Sequence[Problem], groups: Sequence[Sequen
                 "kept": index in decision.kept, "group_dropped": decision.dropped,
                 "answer": t.final_answer, "stop_reason": t.stop_reason,
                 "response_tokens": len(t.response_ids),
-                "tool_calls": [{"code": c.code, "status": c.status, "output": c.output} for c in t.tool_calls],
+                "tool_calls": [{"code": c.code, "status": c.status, "output": c.output, "duration_s": c.duration_s}
+                               for c in t.tool_calls],
                 "response": "".join(turn.text for turn in t.turns),
+                "token_logprobs": token_logprobs(t, tokenizer),
             })
     return rows
+
+
+def token_logprobs(trajectory: Trajectory, tokenizer) -> list[list]:
+    """``[text, log-prob or None]`` per response token (None where the mask is 0)."""
+    pieces = tokenizer.batch_decode([[token] for token in trajectory.response_ids])
+    return [[piece, round(logprob, 4) if sampled else None]
+            for piece, logprob, sampled in zip(pieces, trajectory.logprobs, trajectory.loss_mask)]
 
 
 def seed_of(seed: int, step: int) -> int:

@@ -79,6 +79,11 @@ def test_a_step_without_learning_signal_is_recorded_and_leaves_the_weights(tmp_p
     assert row["response/truncated_ratio"] == 1.0 and row["response/length_max"] == 24
     rollouts = [json.loads(line) for line in (config.run_dir / "rollouts" / "step_1.jsonl").open()]
     assert len(rollouts) == 4 and {r["group_dropped"] for r in rollouts} == {"uniform_rewards"}
+    for rollout in rollouts:  # every token sampled (no tool call), each with its log-prob, for `rstar2 view`
+        assert len(rollout["token_logprobs"]) == rollout["response_tokens"] == 24
+        assert all(isinstance(piece, str) and logprob is not None and logprob <= 0
+                   for piece, logprob in rollout["token_logprobs"])
+        assert any(logprob < 0 for _, logprob in rollout["token_logprobs"])
     assert (config.run_dir / "checkpoints" / "step_00000001" / "state.json").is_file()
     after = snapshot(model)
     assert all(torch.equal(before[name], after[name]) for name in before)

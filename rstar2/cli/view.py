@@ -1,0 +1,51 @@
+"""`rstar2 view`: see runs in the browser, or export one as a single HTML file."""
+
+from pathlib import Path
+
+import typer
+
+from rstar2.cli.app import app
+
+
+@app.command()
+def view(
+    run_dirs: list[Path] = typer.Argument(..., help="Run folders: training runs (runs/<name>/), eval runs "
+                                          "(runs/eval/<...>/) or the demo's folder. Several overlay their curves."),
+    port: int = typer.Option(8071, "--port", min=1, max=65535, help="Port of the page."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind. The default serves this machine "
+                             "only; 0.0.0.0 exposes the runs to the network."),
+    export: Path = typer.Option(None, "--export", help="Write one self-contained HTML file of the run's curves "
+                                "and one step's rollouts to this path instead of serving."),
+    step: int = typer.Option(None, "--step", min=1, help="With --export: the step whose rollouts go in the file. "
+                             "Default: the last step with rollouts logged."),
+) -> None:
+    """Serve a page of curves, rollouts (with RoC's verdicts and per-token log-probs), eval
+    drill-downs and step timelines for RUN_DIRs; it picks up new lines while a run writes.
+
+    Reads only the run folders given (plus an index it caches in each, under .view-index/).
+    """
+    from rstar2.view.runs import ViewError
+
+    missing = [str(path) for path in run_dirs if not path.is_dir()]
+    if missing:
+        typer.echo(f"error: no such folder: {', '.join(missing)}", err=True)
+        raise typer.Exit(2)
+    if export is not None:
+        from rstar2.view.export import export_html
+
+        if len(run_dirs) != 1:
+            typer.echo("error: --export writes one run; give exactly one RUN_DIR", err=True)
+            raise typer.Exit(2)
+        try:
+            out = export_html(run_dirs[0], export, step)
+        except ViewError as error:
+            typer.echo(f"error: {error}", err=True)
+            raise typer.Exit(2) from error
+        typer.echo(f"wrote {out}")
+        return
+    import uvicorn
+
+    from rstar2.view.server import create_app
+
+    typer.echo(f"rstar2 view: http://{host}:{port}/  (Ctrl-C to stop)")
+    uvicorn.run(create_app(run_dirs), host=host, port=port, log_level="warning")

@@ -1,0 +1,131 @@
+"""Fixtures of the viewer's tests: a real run folder, a running `rstar2 view`, a real browser.
+
+The run folder is written by the project's own writers from real rollouts (see
+``benchmarks/view_bench.py``): three steps of two groups (one used by RoC, one dropped), with
+scripted traces played through the real agent loop and sandbox (one fixes a failing tool
+call, some answer wrong), plus two eval
+runs under ``eval/``, as the demo's folder has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from benchmarks.view_bench import CHROMIUM, CHROMIUM_ARGS, demo_tasks, sample_problems, write_eval_run, write_training_run
+from rstar2.engines.loading import load_tokenizer
+from rstar2.reward import Grader
+from rstar2.sandbox import SandboxClient
+from rstar2.sandbox.local import free_port
+
+STEPS = 3
+TASKS = 4
+SHOTS = Path(os.environ.get("RSTAR2_VIEW_SCREENSHOTS", Path(__file__).resolve().parents[2] / "runs" / "view-screenshots"))
+
+
+@pytest.fixture(scope="session")
+def view_tokenizer():
+    return load_tokenizer("default")
+
+
+@pytest.fixture(scope="session")
+def rollout_pool(view_tokenizer, sandbox_url):
+    async def sample():
+        async with SandboxClient([sandbox_url]) as sandbox:
+            return await sample_problems(demo_tasks(TASKS), view_tokenizer, sandbox)
+    return off_the_loop(asyncio.run, sample())
+
+
+@pytest.fixture(scope="session")
+def run_folder(tmp_path_factory, rollout_pool, view_tokenizer) -> Path:
+    folder = tmp_path_factory.mktemp("view") / "demo-like"
+    with Grader(workers=1) as grader:
+        write_training_run(folder, rollout_pool, STEPS, groups_per_step=2, grader=grader,
+                           tokenizer=view_tokenizer, logged_groups=2)
+        for phase in ("base", "final"):
+            off_the_loop(write_eval_run, folder / "eval" / phase, demo_tasks(TASKS), rollout_pool, grader)
+    return folder
+
+
+def off_the_loop(function, *args):
+    """Call ``function`` in a thread of its own: Playwright's sync API keeps an event loop
+    running in the test's thread, where ``asyncio.run`` refuses to start another."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(function, *args).result()
+
+
+@pytest.fixture
+def run_copy(run_folder, tmp_path) -> Path:
+    """A copy of the run folder a test may change."""
+    return Path(shutil.copytree(run_folder, tmp_path / "copy"))
+
+
+class Viewer:
+    """`rstar2 view` running in a subprocess, as a user starts it."""
+
+    def __init__(self, folders: list[Path]):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen([sys.executable, "-m", "rstar2", "view", *map(str, folders), "--port", str(self.port)],
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, self.process.stdout.read()
+            try:
+                if httpx.get(f"{self.url}/api/runs", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.2)
+        raise TimeoutError("rstar2 view did not answer within 60 s")
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.wait(10)
+
+
+@pytest.fixture
+def viewer():
+    started: list[Viewer] = []
+
+    def start(*folders: Path) -> Viewer:
+        started.append(Viewer(list(folders)))
+        return started[-1]
+
+    yield start
+    for one in started:
+        one.close()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not Path(CHROMIUM).is_file():
+        pytest.skip(f"{CHROMIUM} not found: install Debian's chromium (scripts/setup.sh does, as root)")
+    playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e '.[dev]')")
+    with playwright_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    yield page
+    context.close()
+
+
+def screenshot(page, name: str) -> Path:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    path = SHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
