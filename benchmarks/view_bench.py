@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import numpy as np
 from rich.console import Console
 
@@ -37,6 +38,8 @@ from rstar2.agent.rollout import Agent, RolloutConfig
 from rstar2.agent.trajectory import Trajectory
 from rstar2.data.benchmarks import load_benchmark
 from rstar2.data.problems import Problem
+from rstar2.engines.hf import HFEngine, HFEngineConfig
+from rstar2.engines.loading import load_tokenizer
 from rstar2.eval.launch import solution_of
 from rstar2.eval.runner import EvalSettings, run_eval
 from rstar2.reward import Grader
@@ -45,8 +48,11 @@ from rstar2.rl.metrics import Rollout, step_metrics
 from rstar2.rl.roc import select_group, trajectory_facts
 from rstar2.rl.runlog import RunLog
 from rstar2.rl.trainer import rollout_rows
+from rstar2.sandbox import SandboxClient, local_sandbox
+from rstar2.sandbox.local import free_port
 from rstar2.sft.dataset import split_tasks, write_problems
 from rstar2.sft.tasks import Task
+from rstar2.view.runs import INDEX_DIR
 from rstar2.sft.traces import ScriptedEngine, make_trace
 
 PROMPT = PromptConfig(variant="short")
@@ -74,18 +80,19 @@ async def sample_problems(tasks: Sequence[Task], tokenizer, sandbox, engine=None
     scripted trace, one that fixes a failing first call, and two scripted wrong answers (RoC
     has a choice to make); odd tasks: the two wrong answers only (RoC drops the group). With an ``engine``,
     ``model_samples`` samples of its model are added to each (sampled log-probs, truncation)."""
-    found = []
-    for number, task in enumerate(tasks):
+    agent = Agent(engine, tokenizer, sandbox, RolloutConfig(
+        max_turns=2, max_response_tokens=max_tokens, temperature=1.0, prompt=PROMPT)) if engine else None
+
+    async def one(number: int, task: Task) -> ProblemRollouts:
         samples = [await wrong_answer(task, tokenizer, sandbox) for _ in range(2)]
         if number % 2 == 0:
             samples = [await make_trace(task, tokenizer, sandbox, PROMPT),
                        await make_trace(task, tokenizer, sandbox, PROMPT, broken_variant=number)] + samples
-        if engine is not None and model_samples:
-            agent = Agent(engine, tokenizer, sandbox, RolloutConfig(
-                max_turns=2, max_response_tokens=max_tokens, temperature=1.0, prompt=PROMPT))
+        if agent is not None:
             samples += await asyncio.gather(*(agent.rollout(task.question) for _ in range(model_samples)))
-        found.append(ProblemRollouts(Problem(task.key, task.question, str(task.answer)), samples))
-    return found
+        return ProblemRollouts(Problem(task.key, task.question, str(task.answer)), samples)
+
+    return list(await asyncio.gather(*(one(number, task) for number, task in enumerate(tasks))))
 
 
 async def wrong_answer(task: Task, tokenizer, sandbox) -> Trajectory:
@@ -99,22 +106,23 @@ async def wrong_answer(task: Task, tokenizer, sandbox) -> Trajectory:
 def write_training_run(run_dir: Path, pool: Sequence[ProblemRollouts], steps: int, groups_per_step: int,
                        grader: Grader, tokenizer, logged_groups: int, start_step: int = 1) -> None:
     """``steps`` steps of groups drawn from ``pool`` in turn, through RoC, the step metrics and
-    the trainer's rollout log (``metrics.jsonl`` and ``rollouts/step_N.jsonl``)."""
+    the trainer's rollout log (``metrics.jsonl`` and ``rollouts/step_N.jsonl``). The pool is
+    graded once; ``time/step`` is the seconds this writer spent on the step (no phases: nothing
+    was generated or updated)."""
+    groups_of = {id(item): graded(item, grader) for item in pool}
     log = RunLog(run_dir, LoggingConfig(), start_step + steps - 1, resume_step=start_step - 1,
                  console=Console(quiet=True))
     try:
         for step in range(start_step, start_step + steps):
             started = time.perf_counter()
             chosen = [pool[(step * groups_per_step + i) % len(pool)] for i in range(groups_per_step)]
-            groups = [graded(item, grader) for item in chosen]
-            graded_at = time.perf_counter()
+            groups = [groups_of[id(item)] for item in chosen]
             rng = np.random.default_rng([0, step])
             decisions = [select_group([r.facts for r in group], RocConfig(mode="paper"), rng) for group in groups]
             rows = rollout_rows(step, [item.problem for item in chosen][:logged_groups], groups[:logged_groups],
                                 decisions[:logged_groups], tokenizer)
             log.rollouts(step, rows)
-            timings = {"reward": graded_at - started, "step": time.perf_counter() - started}
-            log.step(step, step_metrics(groups, decisions, None, None, 0.0, timings))
+            log.step(step, step_metrics(groups, decisions, None, None, 0.0, {"step": time.perf_counter() - started}))
     finally:
         log.close()
 
@@ -138,3 +146,118 @@ def write_eval_run(out_dir: Path, tasks: Sequence[Task], pool: Sequence[ProblemR
                             max_turns=2, prompt="short", concurrency=1)
     return asyncio.run(run_eval(settings, [load_benchmark(str(problems_file))], solve, out_dir,
                                 show_progress=False, grader=grader))
+
+
+class Viewer:
+    """``rstar2 view FOLDER...`` in a subprocess, as a user starts it, ready to answer."""
+
+    def __init__(self, folders: Sequence[Path]):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen([sys.executable, "-m", "rstar2", "view", *map(str, folders),
+                                         "--port", str(self.port)],
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"rstar2 view exited: {self.process.stdout.read()}")
+            try:
+                if httpx.get(f"{self.url}/api/runs", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.2)
+        raise TimeoutError("rstar2 view did not answer within 60 s")
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.wait(10)
+
+
+def first_paint(browser, url: str) -> float:
+    """Seconds from navigation to the page's data-ready mark, in a fresh browser context."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    started = time.perf_counter()
+    page.goto(url)
+    page.wait_for_selector("body[data-ready]", timeout=120_000)
+    seconds = time.perf_counter() - started
+    context.close()
+    return seconds
+
+
+def folder_mb(folder: Path) -> float:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and INDEX_DIR not in f.parts) / 1e6
+
+
+def measure(browser, folder: Path, label: str, repeats: int) -> None:
+    """Cold (no index cache, fresh server) and warm first paint of ``folder``."""
+    shutil.rmtree(folder / INDEX_DIR, ignore_errors=True)
+    viewer = Viewer([folder])
+    try:
+        cold = first_paint(browser, viewer.url)
+    finally:
+        viewer.close()
+    viewer = Viewer([folder])  # a new server over the cached index
+    try:
+        warm = sorted(first_paint(browser, viewer.url) for _ in range(repeats))
+        last = max(int(p.stem.split("_")[1]) for p in (folder / "rollouts").glob("step_*.jsonl"))
+        step_mb = (folder / "rollouts" / f"step_{last}.jsonl").stat().st_size / 1e6
+        started = time.perf_counter()
+        httpx.get(f"{viewer.url}/api/runs/0/steps/{last}/rollouts/0", timeout=60).raise_for_status()
+        one_rollout = time.perf_counter() - started
+    finally:
+        viewer.close()
+    print(f"{label}: {folder_mb(folder):.1f} MB ({step_mb:.1f} MB newest step file); first paint cold "
+          f"{cold:.2f} s, warm median {warm[len(warm) // 2]:.2f} s (min {warm[0]:.2f}, max {warm[-1]:.2f}, "
+          f"{repeats} loads); one rollout {1000 * one_rollout:.0f} ms", flush=True)
+
+
+async def make_pool(tasks: Sequence[Task], tokenizer, model_samples: int, max_tokens: int) -> list[ProblemRollouts]:
+    engine = HFEngine(HFEngineConfig(dtype="bfloat16")) if model_samples else None
+    try:
+        with local_sandbox(workers=2, timeout_s=4.0) as url:
+            async with SandboxClient([url]) as sandbox:
+                return await sample_problems(tasks, tokenizer, sandbox, engine, model_samples, max_tokens)
+    finally:
+        if engine is not None:
+            engine.shutdown()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("runs/view-bench"), help="where the two run folders go")
+    parser.add_argument("--mb", type=float, default=300, help="size of the large run folder")
+    parser.add_argument("--model-samples", type=int, default=2, help="samples of the real model per problem")
+    parser.add_argument("--repeats", type=int, default=5, help="warm page loads per folder")
+    args = parser.parse_args()
+    tokenizer = load_tokenizer("default")
+    tasks = demo_tasks(12)
+    started = time.perf_counter()
+    pool = asyncio.run(make_pool(tasks, tokenizer, args.model_samples, max_tokens=256))
+    print(f"pool: {sum(len(p.trajectories) for p in pool)} real trajectories of {len(pool)} problems "
+          f"in {time.perf_counter() - started:.0f} s", flush=True)
+    demo, large = args.out / "demo-like", args.out / "large"
+    for folder in (demo, large):
+        shutil.rmtree(folder, ignore_errors=True)
+    with Grader(workers=1) as grader:
+        # the demo's shape: 12 steps of 6 groups, 2 logged; three greedy evals of the held-out set
+        write_training_run(demo, pool, 12, groups_per_step=6, grader=grader, tokenizer=tokenizer, logged_groups=2)
+        for phase in ("base", "sft", "final"):
+            write_eval_run(demo / "eval" / phase, tasks, pool, grader)
+        step = 0
+        while folder_mb(large) < args.mb:
+            write_training_run(large, pool, 5, groups_per_step=400, grader=grader, tokenizer=tokenizer,
+                               logged_groups=400, start_step=step + 1)
+            step += 5
+            print(f"large: {step} steps, {folder_mb(large):.0f} MB", flush=True)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        measure(browser, demo, "demo-like run", args.repeats)
+        measure(browser, large, "large run", args.repeats)
+        browser.close()
+
+
+if __name__ == "__main__":
+    main()

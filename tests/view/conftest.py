@@ -13,19 +13,15 @@ import asyncio
 import concurrent.futures
 import os
 import shutil
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
-from benchmarks.view_bench import CHROMIUM, CHROMIUM_ARGS, demo_tasks, sample_problems, write_eval_run, write_training_run
+from benchmarks.view_bench import (CHROMIUM, CHROMIUM_ARGS, Viewer, demo_tasks, sample_problems, write_eval_run,
+                                    write_training_run)
 from rstar2.engines.loading import load_tokenizer
 from rstar2.reward import Grader
 from rstar2.sandbox import SandboxClient
-from rstar2.sandbox.local import free_port
 
 STEPS = 3
 TASKS = 4
@@ -67,29 +63,6 @@ def off_the_loop(function, *args):
 def run_copy(run_folder, tmp_path) -> Path:
     """A copy of the run folder a test may change."""
     return Path(shutil.copytree(run_folder, tmp_path / "copy"))
-
-
-class Viewer:
-    """`rstar2 view` running in a subprocess, as a user starts it."""
-
-    def __init__(self, folders: list[Path]):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.process = subprocess.Popen([sys.executable, "-m", "rstar2", "view", *map(str, folders), "--port", str(self.port)],
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, self.process.stdout.read()
-            try:
-                if httpx.get(f"{self.url}/api/runs", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                time.sleep(0.2)
-        raise TimeoutError("rstar2 view did not answer within 60 s")
-
-    def close(self) -> None:
-        self.process.terminate()
-        self.process.wait(10)
 
 
 @pytest.fixture
