@@ -32,7 +32,8 @@ def chat(
                               "SmolLM2-135M-Instruct), a local model directory (e.g. a run's final/) or a "
                               ".gguf file; with --engine openai, also the served model's name."),
     engine: str = typer.Option("hf", "--engine", help="'hf': run the model in this process; 'openai': "
-                               "an OpenAI-compatible server (vLLM, SGLang, `rstar2 serve-model`)."),
+                               "an OpenAI-compatible server (vLLM, SGLang, `rstar2 serve-model`); "
+                               "'vllm': vLLM in this process (GPU, the [gpu] extra)."),
     base_url: str = typer.Option(None, "--base-url", help="Server URL for --engine openai, e.g. "
                                  "http://localhost:8000/v1."),
     tokenizer: str = typer.Option(None, "--tokenizer", help="Local model whose tokenizer to use when "
@@ -56,10 +57,10 @@ def chat(
     """
     from rstar2.agent.rollout import RolloutConfig
     from rstar2.agent.prompt import PromptConfig
-    from rstar2.engines.factory import EngineSpec, open_engine
+    from rstar2.engines.factory import EngineSpec, check_engine_kind, open_engine
 
     try:
-        spec = EngineSpec(kind=engine, model=model, base_url=base_url, tokenizer=tokenizer,
+        spec = EngineSpec(kind=check_engine_kind(engine), model=model, base_url=base_url, tokenizer=tokenizer,
                           dtype=dtype)
         config = RolloutConfig(max_turns=max_turns, max_response_tokens=max_tokens,
                                temperature=temperature,

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from rstar2.cli.app import app
+from rstar2.engines.factory import ENGINE_KINDS
 
 eval_app = typer.Typer(
     help=(
@@ -33,7 +34,8 @@ def evaluate(
     model: str = typer.Option("default", "--model", "-m", help="'default' (the embedded SmolLM2-135M-Instruct), "
                               "a local model directory or .gguf file; with --engine openai, the served model name."),
     engine: str = typer.Option("hf", "--engine", help="'hf': run the model in this process (CPU or GPU); "
-                               "'openai': any OpenAI-compatible server (vLLM, SGLang, `rstar2 serve-model`)."),
+                               "'openai': any OpenAI-compatible server (vLLM, SGLang, `rstar2 serve-model`); "
+                               "'vllm': vLLM in this process (GPU, the [gpu] extra)."),
     base_url: str = typer.Option(None, "--base-url", help="The server's URL for --engine openai, "
                                  "e.g. http://localhost:8000/v1."),
     tokenizer: str = typer.Option(None, "--tokenizer", help="Local model directory whose tokenizer to use "
@@ -71,8 +73,8 @@ def evaluate(
         return
     if bench is None:
         raise fail("--bench is required (e.g. --bench aime2024,math500); see `rstar2 eval --help`")
-    if engine not in ("hf", "openai"):
-        raise fail(f"--engine must be 'hf' or 'openai', got {engine!r}")
+    if engine not in ENGINE_KINDS:
+        raise fail(f"--engine must be one of {', '.join(ENGINE_KINDS)}, got {engine!r}")
     if prompt not in ("rstar2", "short"):
         raise fail(f"--prompt must be 'rstar2' or 'short', got {prompt!r}")
     from rstar2.data import DataError, split_specs

@@ -40,10 +40,9 @@ from rstar2.eval.runner import SAMPLES_JSONL, EvalSettings, run_eval
 from rstar2.eval.samples import read_outcomes
 from rstar2.reward import Grader
 from rstar2.rl.config import RunConfig, load_config
-from rstar2.rl.launch import rollout_engine
+from rstar2.rl.launch import build_trainer, rollout_engine
 from rstar2.rl.policy import load_policy, save_policy
 from rstar2.rl.runlog import read_metrics
-from rstar2.rl.trainer import Trainer
 from rstar2.sandbox import SandboxClient, local_sandbox
 from rstar2.sft.dataset import sft_traces, split_tasks, write_problems, write_traces
 from rstar2.sft.train import SFTSettings, sft_train
@@ -138,15 +137,15 @@ async def phases(settings: DemoSettings, config: RunConfig, url: str, grader: Gr
                 save_policy(model, tokenizer, run_dir / "sft")
             sft = await evaluate("sft", model)
             clock = time.perf_counter()
-            trainer = Trainer(config, model, tokenizer, engine, sandbox, grader,
-                              read_problems(config.data.train), console)
+            trainer = build_trainer(config, model, tokenizer, engine, sandbox, grader,
+                                    read_problems(config.data.train), console)
             trainer.restore(resume=False)
             await trainer.run()
             timings["rl"] = time.perf_counter() - clock
             save_policy(model, tokenizer, run_dir / "final")
             final = await evaluate("final", model)
         finally:
-            engine.shutdown()
+            await engine.close()
     rows = read_metrics(run_dir)
     plot_curves(rows, run_dir / "curves.png", f"GRPO-RoC on SmolLM2-135M ({config.name})")
     return summary_of(base, sft, final, rows, losses, timings | evaluate.seconds)
@@ -173,7 +172,7 @@ class Evaluator:
 
     async def __call__(self, label: str, model) -> Phase:
         started = time.perf_counter()
-        self.engine.update_weights(model.state_dict())
+        await self.engine.update_weights(model.state_dict())
         out = self.run_dir / "eval" / label
         document = await run_eval(self.settings, [self.benchmark], self.solve, out, show_progress=False,
                                   grader=self.grader)

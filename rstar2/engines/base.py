@@ -15,12 +15,17 @@ Log-prob convention: ``log softmax(logits / temperature)`` at the sampled token,
 top-p truncation (the distribution a trainer recomputes from the same tokens); at
 temperature 0 (greedy) the plain ``log softmax(logits)``. Stop tokens (end of turn) are part of
 the returned ids.
+
+Engines a trainer samples from also meet ``TrainableEngine``: they take new weights between
+steps (``update_weights``), reseed their sampling per step (``reseed``), and say whether they
+generate with the trainer's very model (``samples_from``: colocated, so the sampled log-probs
+are the old policy's and no weights need copying).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal, Protocol, runtime_checkable
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -73,4 +78,24 @@ class Engine(Protocol):
 
     async def close(self) -> None:
         """Release threads, connections and memory."""
+        ...
+
+
+@runtime_checkable
+class TrainableEngine(Engine, Protocol):
+    """An engine a trainer samples rollouts from and hands each step's new weights to."""
+
+    def samples_from(self, model: object) -> bool:
+        """Whether this engine generates with ``model`` itself (colocated): then its sampled
+        log-probs are that model's, and ``update_weights({})`` only drops stale caches."""
+        ...
+
+    def reseed(self, seed: int) -> None:
+        """Restart the sampling random stream at ``seed`` (the trainer does so every step, so
+        a resumed step samples as the interrupted one did where the engine allows it)."""
+        ...
+
+    async def update_weights(self, state_dict: Mapping[str, Any]) -> None:
+        """Load ``state_dict`` (parameter name -> tensor; empty when colocated) and drop every
+        cached key/value the old weights computed. Called with no request in flight."""
         ...

@@ -1,26 +1,51 @@
 """One place that turns "which engine, which model" into an engine and its tokenizer.
 
-Used by ``rstar2 chat``, ``eval`` and the trainer, so that every command accepts the same
-``--engine hf|openai|vllm --model ... --base-url ...`` and means the same thing by it.
+Used by ``rstar2 chat``, ``eval``, the demo and the trainer, so that every command and recipe
+accepts the same engine names and means the same thing by them. The vocabulary is
+``ENGINE_KINDS``, defined here once:
+
+* ``hf``     -- transformers in this process (``HFEngine``, CPU or one GPU);
+* ``openai`` -- an OpenAI-compatible server (vLLM, SGLang, ``rstar2 serve-model``) at a URL;
+* ``vllm``   -- vLLM in this process (``VLLMEngine``, GPU).
+
+Recipes used to call the in-process engine ``embedded`` (``rollout.engine``); the recipes now
+say ``hf``, and ``embedded`` is still read as ``hf`` with a ``FutureWarning`` so older recipes
+keep working (``rstar2.rl.config``). Training needs a ``TrainableEngine`` (one that takes new
+weights): ``hf`` or ``vllm``; an ``openai`` server keeps its own weights, so a recipe naming it
+is refused with that reason.
+
+This module does not import torch (``rstar2.rl.config`` reads the vocabulary from it).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, Field
 
-from rstar2.engines.base import Engine
-from rstar2.engines.loading import DEFAULT_MODEL, ModelNotFound, load_tokenizer, resolve_model_dir
+from rstar2.engines.base import Engine, TrainableEngine
+
+EngineKind = Literal["hf", "openai", "vllm"]
+ENGINE_KINDS: tuple[str, ...] = get_args(EngineKind)
+"""Every engine name, for ``--engine`` choices and config fields."""
+TRAINABLE_ENGINE_KINDS: tuple[str, ...] = ("hf", "vllm")
+"""The engines a trainer can push weights to."""
+
+
+def check_engine_kind(kind: str) -> str:
+    """``kind`` if it names an engine, else a one-line ``ValueError`` listing the names."""
+    if kind not in ENGINE_KINDS:
+        raise ValueError(f"unknown engine {kind!r}: choose one of {', '.join(ENGINE_KINDS)}")
+    return kind
 
 
 class EngineSpec(BaseModel):
     """Which engine serves which model."""
 
-    kind: Literal["hf", "openai", "vllm"] = Field(
+    kind: EngineKind = Field(
         "hf", description="'hf': transformers in this process; 'openai': an OpenAI-compatible "
         "server (vLLM, SGLang, rstar2 serve-model); 'vllm': vLLM in this process (GPU).")
-    model: str = Field(DEFAULT_MODEL, description="'default', a .gguf file or a local model "
+    model: str = Field("default", description="'default', a .gguf file or a local model "
                        "directory; for 'openai' also the name a server serves.")
     base_url: str | None = Field(None, description="Server URL for 'openai', e.g. "
                                  "http://localhost:8000/v1.")
@@ -29,34 +54,56 @@ class EngineSpec(BaseModel):
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "bfloat16", description="Weights dtype for 'hf' and 'vllm'.")
     max_batch_size: int = Field(32, ge=1, description="Sequences decoded together ('hf').")
+    seed: int = Field(0, description="Seed of the engine's sampling ('hf' and 'vllm').")
 
 
-def open_engine(spec: EngineSpec) -> tuple[Engine, object]:
-    """The engine ``spec`` describes and the tokenizer its token ids belong to."""
+def open_engine(spec: EngineSpec, *, model=None, tokenizer=None) -> tuple[Engine, object]:
+    """The engine ``spec`` describes and the tokenizer its token ids belong to.
+
+    ``model``: an already loaded transformers model for 'hf' to sample from itself (colocated
+    with a trainer that owns it) instead of loading ``spec.model``; ``tokenizer``: an already
+    loaded tokenizer to use instead of loading one."""
     if spec.kind == "hf":
         from rstar2.engines.hf import HFEngine, HFEngineConfig
 
-        engine = HFEngine(HFEngineConfig(model=spec.model, dtype=spec.dtype,
-                                         max_batch_size=spec.max_batch_size))
+        engine = HFEngine(HFEngineConfig(model=spec.model, dtype=spec.dtype, seed=spec.seed,
+                                         max_batch_size=spec.max_batch_size),
+                          model=model, tokenizer=tokenizer)
         return engine, engine.tokenizer
+    if model is not None:
+        raise ValueError(f"only the 'hf' engine samples from a model in this process, not {spec.kind!r}")
+    from rstar2.engines.loading import load_tokenizer, resolve_model_dir
+
     if spec.kind == "vllm":
         from rstar2.engines.vllm import VLLMEngine
 
         model_dir = str(resolve_model_dir(spec.model)) if is_local(spec.model) else spec.model
-        return VLLMEngine(model_dir, dtype=spec.dtype), load_tokenizer(spec.tokenizer or spec.model)
+        engine = VLLMEngine(model_dir, dtype=spec.dtype, seed=spec.seed)
+        return engine, tokenizer or load_tokenizer(spec.tokenizer or spec.model)
     if not spec.base_url:
         raise ValueError("the 'openai' engine needs a server URL (--base-url)")
     from rstar2.engines.openai import OpenAIEngine
 
     source = spec.tokenizer or spec.model
-    if not is_local(source):
+    if tokenizer is None and not is_local(source):
         raise ValueError(f"cannot load a tokenizer for {source!r}: pass a local model directory "
                          "(or 'default') as the tokenizer")
     served = None if is_local(spec.model) else spec.model
-    return OpenAIEngine(spec.base_url, model=served), load_tokenizer(source)
+    return OpenAIEngine(spec.base_url, model=served), tokenizer or load_tokenizer(source)
+
+
+def open_trainable_engine(spec: EngineSpec, *, model=None, tokenizer=None) -> TrainableEngine:
+    """``open_engine`` for a trainer: refuses engines that cannot receive new weights."""
+    if spec.kind not in TRAINABLE_ENGINE_KINDS:
+        raise ValueError(f"engine {spec.kind!r} cannot be trained: a server keeps its own weights; "
+                         f"use one of {', '.join(TRAINABLE_ENGINE_KINDS)}")
+    engine, _ = open_engine(spec, model=model, tokenizer=tokenizer)
+    return engine
 
 
 def is_local(model: str) -> bool:
+    from rstar2.engines.loading import ModelNotFound, resolve_model_dir
+
     try:
         resolve_model_dir(model)
     except ModelNotFound:

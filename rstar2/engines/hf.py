@@ -16,8 +16,9 @@ What is cached (see ``slots``):
   its tool response -- resumes in that slot and prefills only the new tokens.
 
 Sampling is per request (temperature, top-p, stop tokens/strings); log-probs follow
-``engines.base``. ``update_weights`` swaps in new weights between RL steps and drops every
-cached KV, which the old weights computed.
+``engines.base``. As a ``TrainableEngine``, ``update_weights`` swaps in new weights between RL
+steps and drops every cached KV, which the old weights computed; ``reseed`` restarts the
+sampling generator.
 """
 
 from __future__ import annotations
@@ -154,7 +155,13 @@ class HFEngine:
                              f"{self.max_length}-token context")
         return prompt
 
-    def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+    def samples_from(self, model: object) -> bool:
+        return self.model is model
+
+    def reseed(self, seed: int) -> None:
+        self.generator.manual_seed(seed)
+
+    async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         """Load new weights (e.g. after an RL step) and drop all cached keys/values."""
         with self.step_lock:
             if self.n_active or self.queue:

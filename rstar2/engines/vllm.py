@@ -7,14 +7,16 @@ created with ``logprobs_mode="processed_logprobs"`` so that log-probs are those 
 temperature-scaled distribution, as ``engines.base`` promises.
 
 vLLM batches concurrent requests itself (continuous batching, prefix caching), so each
-prompt is submitted as its own request.
+prompt is submitted as its own request. As a ``TrainableEngine`` it receives new weights
+through vLLM's ``collective_rpc`` and resets its prefix cache after.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from rstar2.engines.base import Completion, SamplingParams
 
@@ -64,5 +66,27 @@ class VLLMEngine:
         reason = "length" if sample.finish_reason == "length" else "stop"
         return Completion(token_ids=ids, logprobs=logprobs, finish_reason=reason)
 
+    def samples_from(self, model: object) -> bool:
+        return False  # vLLM always holds its own copy of the weights
+
+    def reseed(self, seed: int) -> None:
+        """vLLM seeds its engine once (``seed`` engine argument); per-step reseeding would need
+        a seed per request, which makes identical prompts sample identically, so it keeps its
+        own stream."""
+
+    async def update_weights(self, state_dict: Mapping[str, Any]) -> None:
+        """Load the weights into every worker's model (``collective_rpc``), then drop the
+        prefix cache the old weights computed."""
+        weights = [(name, tensor.detach()) for name, tensor in state_dict.items()]
+        if weights:
+            await self.llm.collective_rpc(load_weights, args=(weights,))
+        await self.llm.reset_prefix_cache()
+
     async def close(self) -> None:
         self.llm.shutdown()
+
+
+def load_weights(worker, weights: list[tuple[str, Any]]) -> None:
+    """Runs inside each vLLM worker: its model's own loader maps the trainer's parameter names
+    (transformers layout) onto vLLM's fused layers."""
+    worker.model_runner.model.load_weights(weights=weights)

@@ -33,6 +33,7 @@ from pydantic import BaseModel, Field
 
 from rstar2.data.benchmarks import Benchmark
 from rstar2.data.problems import Problem
+from rstar2.engines.factory import EngineKind
 from rstar2.eval.progress import RunProgress
 from rstar2.eval.report import build_results, write_reports
 from rstar2.eval.samples import SampleKey, SampleOutcome, SampleRecord, open_log
@@ -48,8 +49,8 @@ class EvalSettings(BaseModel):
     benchmarks: list[str] = Field(description="Benchmark names or JSONL paths, in report order.")
     model: str = Field("default", description="'default' (SmolLM2-135M-Instruct), a local model path, "
                        "or the served model's name for --engine openai.")
-    engine: Literal["hf", "openai"] = Field("hf", description="'hf': embedded transformers; "
-                                            "'openai': an OpenAI-compatible server at base_url.")
+    engine: EngineKind = Field("hf", description="'hf': embedded transformers; 'openai': an "
+                               "OpenAI-compatible server at base_url; 'vllm': vLLM in this process.")
     base_url: str | None = Field(None, description="The server's /v1 URL for --engine openai.")
     tokenizer: str | None = Field(None, description="Local model whose tokenizer to use when `model` "
                                   "is a served name (--engine openai).")

@@ -21,12 +21,15 @@ import difflib
 import re
 import types
 import typing
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from rstar2.engines.factory import ENGINE_KINDS, TRAINABLE_ENGINE_KINDS, EngineKind
 
 
 class RecipeLoader(yaml.SafeLoader):
@@ -94,9 +97,12 @@ class DataConfig(Section):
 
 
 class RolloutConfig(Section):
-    engine: Literal["embedded", "vllm"] = "embedded"
-    """What generates rollouts: the trainer's own transformers model ('embedded', CPU or one
-    GPU, colocated) or vLLM engines that receive the weights after each step."""
+    engine: EngineKind = "hf"
+    """What generates rollouts, named as everywhere (``rstar2.engines.factory``): 'hf', the
+    trainer's transformers model in this process (CPU or one GPU, colocated unless
+    ``engine_dtype`` is set), or 'vllm', vLLM that receives the weights after each step.
+    'openai' servers keep their own weights and cannot be trained. The old name 'embedded'
+    is read as 'hf' with a warning."""
     engine_dtype: Literal["float32", "bfloat16"] | None = None
     """Embedded engine: null samples from the trainer's model itself (colocated, one copy of
     the weights); a dtype gives the engine its own copy in that dtype, loaded with the new
@@ -120,6 +126,20 @@ class RolloutConfig(Section):
     """Sandbox services to run tool calls on; empty starts a private local one."""
     sandbox_workers: int = Field(2, ge=1)
     """Worker processes of the private local sandbox (unused when ``sandbox_urls`` is set)."""
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def engine_name(cls, value: Any) -> Any:
+        """One engine vocabulary: 'embedded' is the old recipes' name for 'hf'; 'openai' is
+        refused here, where the recipe is read, rather than after the model has loaded."""
+        if value == "embedded":
+            warnings.warn("rollout.engine: 'embedded' is now called 'hf' (the name eval and chat "
+                          "use); please update the recipe", FutureWarning, stacklevel=2)
+            return "hf"
+        if value in ENGINE_KINDS and value not in TRAINABLE_ENGINE_KINDS:
+            raise ValueError(f"engine {value!r} cannot be trained: a server keeps its own "
+                             f"weights; use one of {', '.join(TRAINABLE_ENGINE_KINDS)}")
+        return value
 
 
 class RocConfig(Section):
@@ -317,6 +337,8 @@ def describe_error(problem: dict[str, Any]) -> str:
         message = f"must be one of {', '.join(literal_options(problem['ctx']['expected']))}"
     elif kind == "value_error" and isinstance(problem["input"], dict):
         return f"{where}: {problem['ctx']['error']}"  # a section's own check; its message says it all
+    elif kind == "value_error":
+        message = str(problem["ctx"]["error"])  # a field's own check
     else:
         message = problem["msg"][:1].lower() + problem["msg"][1:]
     return f"{where}: {message} (got {problem['input']!r})"

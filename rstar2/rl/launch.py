@@ -5,28 +5,36 @@ the sandbox and the grader, built from a ``RunConfig``; closed again when the ru
 
 Contract: a run folder that already holds checkpoints is only continued with ``resume``, never
 silently overwritten; the resolved configuration is written to ``<run>/config.yaml``; the
-embedded engine is colocated (it samples from the trainer's own model, one process, CPU or one
-GPU); the sandbox is the configured services or a private local one; at the end the trained
-policy is saved as a plain model directory ``<run>/final``.
+engine is built by ``rstar2.engines.factory`` from ``rollout.engine`` ('hf' is colocated: it
+samples from the trainer's own model, one process, CPU or one GPU, unless
+``rollout.engine_dtype`` gives it its own copy); the trainer is a ``LocalLearner`` and a
+``Sampler`` around the step (``build_trainer``); the sandbox is the configured services or a
+private local one; at the end the trained policy is saved as a plain model directory
+``<run>/final``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
 from rich.console import Console
 
 from rstar2.agent.prompt import ChatFormat, PromptConfig
+from rstar2.agent.rollout import CodeRunner
 from rstar2.data.problems import Problem, read_problems
-from rstar2.engines.hf import HFEngine, HFEngineConfig
+from rstar2.engines.base import TrainableEngine
+from rstar2.engines.factory import EngineSpec, open_trainable_engine
 from rstar2.engines.loading import load_tokenizer
 from rstar2.reward import Grader
 from rstar2.rl.checkpoint import latest_checkpoint
 from rstar2.rl.config import RunConfig
+from rstar2.rl.learner import LocalLearner
 from rstar2.rl.policy import load_policy, save_policy
+from rstar2.rl.sampler import Sampler
 from rstar2.rl.trainer import Trainer
 from rstar2.sandbox import SandboxClient, local_sandbox
 
@@ -41,15 +49,12 @@ def train(config: RunConfig, resume: bool = False, console: Console | None = Non
     check_run_dir(config, resume)
     config.run_dir.mkdir(parents=True, exist_ok=True)
     (config.run_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
-    if config.rollout.engine != "embedded":
-        raise NotImplementedError("this trainer runs the colocated embedded engine; "
-                                  "rollout.engine 'vllm' needs the distributed trainer")
     tokenizer = load_tokenizer(config.model.path)
     problems = training_problems(config, tokenizer)
     model = load_policy(config.model)
     engine = rollout_engine(config, model, tokenizer)
     with contextlib.ExitStack() as stack:
-        stack.callback(engine.shutdown)
+        stack.callback(lambda: asyncio.run(engine.close()))
         urls = list(config.rollout.sandbox_urls) or [
             stack.enter_context(local_sandbox(workers=config.rollout.sandbox_workers,
                                               timeout_s=config.rollout.tool_timeout_s))]
@@ -58,24 +63,33 @@ def train(config: RunConfig, resume: bool = False, console: Console | None = Non
     return save_policy(model, tokenizer, config.run_dir / "final")
 
 
-def rollout_engine(config: RunConfig, model, tokenizer) -> HFEngine:
-    """The embedded engine: on the trainer's model itself, or on its own copy of the weights
-    in ``rollout.engine_dtype`` (filled by the trainer's first weight push)."""
+def rollout_engine(config: RunConfig, model, tokenizer) -> TrainableEngine:
+    """The engine ``rollout.engine`` names, built by ``rstar2.engines.factory``. 'hf' samples
+    from the trainer's model itself, or from its own copy of the weights in
+    ``rollout.engine_dtype`` (filled by the first weight push)."""
     engine_dtype = config.rollout.engine_dtype
     if engine_dtype is not None and config.model.lora is not None:
         raise ValueError("rollout.engine_dtype needs full fine-tuning: with model.lora the engine "
                          "shares the trainer's model (leave engine_dtype null)")
-    settings = HFEngineConfig(model=config.model.path, dtype=engine_dtype or config.model.dtype,
-                              max_batch_size=config.rl.prompts_per_step * config.rl.rollouts_per_prompt,
-                              seed=config.seed)
-    if engine_dtype is None:
-        return HFEngine(settings, model=model, tokenizer=tokenizer)
-    return HFEngine(settings, tokenizer=tokenizer)
+    spec = EngineSpec(kind=config.rollout.engine, model=config.model.path,
+                      dtype=engine_dtype or config.model.dtype, seed=config.seed,
+                      max_batch_size=config.rl.prompts_per_step * config.rl.rollouts_per_prompt)
+    shared = model if config.rollout.engine == "hf" and engine_dtype is None else None
+    return open_trainable_engine(spec, model=shared, tokenizer=tokenizer)
+
+
+def build_trainer(config: RunConfig, model, tokenizer, engine: TrainableEngine, code_runner: CodeRunner | None,
+                  grader: Grader | None, problems: Sequence[Problem], console: Console | None = None) -> Trainer:
+    """A trainer whose policy lives in this process (``LocalLearner``), sampling from ``engine``."""
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    learner = LocalLearner(config, model, engine, pad_id)
+    sampler = Sampler(engine, tokenizer, code_runner, grader, config.rollout, config.rl.rollouts_per_prompt)
+    return Trainer(config, learner, sampler, problems, console)
 
 
 async def run_trainer(config, model, tokenizer, engine, urls, grader, problems, resume, console) -> None:
     async with SandboxClient(urls) as sandbox:
-        trainer = Trainer(config, model, tokenizer, engine, sandbox, grader, problems, console)
+        trainer = build_trainer(config, model, tokenizer, engine, sandbox, grader, problems, console)
         trainer.restore(resume)
         if trainer.completed_steps:
             console.print(f"resuming {config.run_dir} after step {trainer.completed_steps}")

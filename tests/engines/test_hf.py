@@ -132,6 +132,6 @@ def test_parked_sequences_are_bounded(hf_engine, prompts):
 
 def test_update_weights_keeps_outputs_for_same_weights_and_drops_caches(hf_engine, prompts):
     before = generate(hf_engine, prompts[:1], GREEDY)[0]
-    hf_engine.update_weights(hf_engine.model.state_dict())
+    asyncio.run(hf_engine.update_weights(hf_engine.model.state_dict()))
     assert not hf_engine.residents and not hf_engine.blocks
     assert generate(hf_engine, prompts[:1], GREEDY)[0].token_ids == before.token_ids

@@ -17,9 +17,9 @@ from rstar2.data.problems import read_problems
 from rstar2.engines.hf import HFEngine, HFEngineConfig
 from rstar2.reward import Grader
 from rstar2.rl.config import validate_config
+from rstar2.rl.launch import build_trainer
 from rstar2.rl.policy import load_policy
 from rstar2.rl.runlog import read_metrics
-from rstar2.rl.trainer import Trainer
 from rstar2.sandbox import SandboxClient
 from rstar2.sft.dataset import sft_traces, split_tasks, write_problems
 from rstar2.sft.train import SFTSettings, sft_train
@@ -48,8 +48,8 @@ def make_config(tmp_path, data, **rl):
 async def train(config, model, engine, sandbox_url, resume=False):
     with Grader(workers=1) as grader:
         async with SandboxClient([sandbox_url]) as sandbox:
-            trainer = Trainer(config, model, engine.tokenizer, engine, sandbox, grader,
-                              read_problems(config.data.train))
+            trainer = build_trainer(config, model, engine.tokenizer, engine, sandbox, grader,
+                                    read_problems(config.data.train))
             trainer.restore(resume)
             await trainer.run()
             return trainer
@@ -119,8 +119,8 @@ def test_two_steps_after_sft_change_the_weights_and_resume_continues(tmp_path, s
     resumed_model = load_policy(config.model)
     engine = HFEngine(HFEngineConfig(dtype="bfloat16", max_batch_size=16))
     try:
-        resumed = Trainer(config.model_copy(update={"rl": config.rl.model_copy(update={"steps": 3})}),
-                          resumed_model, engine.tokenizer, engine, None, None, read_problems(data))
+        resumed = build_trainer(config.model_copy(update={"rl": config.rl.model_copy(update={"steps": 3})}),
+                                resumed_model, engine.tokenizer, engine, None, None, read_problems(data))
         resumed.restore(resume=True)
     finally:
         engine.shutdown()
@@ -129,4 +129,5 @@ def test_two_steps_after_sft_change_the_weights_and_resume_continues(tmp_path, s
     assert resumed.order.next_batch(2) == trainer.order.next_batch(2)
     resumed_weights = snapshot(resumed_model)
     assert all(torch.equal(after[name], resumed_weights[name]) for name in after)
-    assert resumed.optimizer.state_dict()["state"].keys() == trainer.optimizer.state_dict()["state"].keys()
+    assert (resumed.learner.optimizer.state_dict()["state"].keys()
+            == trainer.learner.optimizer.state_dict()["state"].keys())

@@ -1,0 +1,145 @@
+"""The learning half of a training step: the policy's weights and everything that changes them.
+
+    learner = LocalLearner(config, model, engine, pad_id=tokenizer.pad_token_id)
+    state = learner.restore(resume=True)          # TrainingState of the checkpoint, or None
+    stats, grad_norm = learner.learn(sequences)    # the step's optimizer updates
+    await learner.push_weights()                   # the engine samples the new policy
+    learner.save(step, data_position)              # an atomic checkpoint
+
+``Learner`` is the contract the trainer's step is written against; ``LocalLearner`` meets it
+with the policy in this process (CPU or one GPU): AdamW with its warm-up schedule, the
+optional KL reference, checkpoints through ``rstar2.rl.checkpoint``, and weight pushes to one
+``TrainableEngine``. A learner whose policy is sharded over many processes (FSDP2) meets the
+same contract, so the step does not change when the learner does.
+
+Colocation: when the engine samples from this very model, the sampled log-probs are the old
+policy's and a weight push only drops the engine's stale caches; otherwise the engine holds its
+own copy, the push sends the state dict, and the old log-probs are recomputed before updating.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+from rstar2.engines.base import TrainableEngine
+from rstar2.rl.batch import TrainSequence
+from rstar2.rl.checkpoint import (
+    TrainingState,
+    latest_checkpoint,
+    load_checkpoint,
+    resolve_checkpoint,
+    save_checkpoint,
+)
+from rstar2.rl.config import RunConfig
+from rstar2.rl.loss import LossStats
+from rstar2.rl.optim import build_optimizer, build_scheduler
+from rstar2.rl.update import UpdateSettings, policy_update, with_current_logprobs
+
+
+@runtime_checkable
+class Learner(Protocol):
+    """What the trainer's step needs from whatever holds and trains the policy."""
+
+    def restore(self, resume: bool) -> TrainingState | None:
+        """Load the run's latest checkpoint when ``resume`` and one exists (weights, optimizer,
+        schedule, RNGs; its ``TrainingState`` is returned), else start from ``rl.init``
+        (None is returned). Builds the KL reference when the loss uses one."""
+        ...
+
+    def learning_rate(self) -> float:
+        """The learning rate the next update will use."""
+        ...
+
+    def learn(self, sequences: list[TrainSequence]) -> tuple[LossStats | None, float | None]:
+        """The step's optimizer updates over ``sequences``; their summed loss stats and mean
+        gradient norm, or (None, None) when there is nothing to learn from."""
+        ...
+
+    async def push_weights(self) -> None:
+        """Hand the current weights to the engine that samples the next step."""
+        ...
+
+    def save(self, step: int, data_position: dict[str, Any]) -> Path:
+        """Write the checkpoint of ``step`` (with the trainer's ``data_position``); its path."""
+        ...
+
+
+class LocalLearner:
+    """The policy in this process; see the module docstring."""
+
+    def __init__(self, config: RunConfig, model: torch.nn.Module, engine: TrainableEngine, pad_id: int):
+        self.config = config
+        self.model = model
+        self.engine = engine
+        self.colocated = engine.samples_from(model)
+        self.optimizer = build_optimizer(model.parameters(), config.rl.optimizer)
+        self.scheduler = build_scheduler(self.optimizer, config.rl.optimizer)
+        self.reference: torch.nn.Module | None = None
+        self.checkpoints = config.run_dir / "checkpoints"
+        self.settings = UpdateSettings(
+            loss=config.rl.loss, temperature=config.rollout.temperature,
+            micro_batch_tokens=config.rl.micro_batch_tokens,
+            max_grad_norm=config.rl.optimizer.max_grad_norm, pad_id=pad_id,
+            compute_dtype=config.model.compute_dtype,
+        )
+
+    def restore(self, resume: bool) -> TrainingState | None:
+        if self.config.rl.loss.kl_coef > 0:
+            self.reference = self.reference_policy()
+        latest = latest_checkpoint(self.checkpoints) if resume else None
+        if latest is not None:
+            return load_checkpoint(latest, self.model, self.optimizer, self.scheduler)
+        init = self.config.rl.init
+        if init.checkpoint is not None:
+            keep_optimizer = not init.reset_optimizer  # stage 3 resets it
+            load_checkpoint(resolve_checkpoint(init.checkpoint), self.model,
+                            self.optimizer if keep_optimizer else None,
+                            self.scheduler if keep_optimizer else None, restore_rng=False)
+        return None
+
+    def reference_policy(self) -> torch.nn.Module:
+        """The KL reference: ``model.path``'s weights, or with ``init.reset_reference`` the
+        stage's starting checkpoint. Built from the policy before any checkpoint is loaded
+        into it, so a resumed run gets the same reference as the run it continues."""
+        reference = copy.deepcopy(self.model)
+        init = self.config.rl.init
+        if init.checkpoint is not None and init.reset_reference:
+            load_checkpoint(resolve_checkpoint(init.checkpoint), reference, restore_rng=False)
+        reference.eval().requires_grad_(False)
+        return reference
+
+    def learning_rate(self) -> float:
+        return self.scheduler.get_last_lr()[0]
+
+    def learn(self, sequences: list[TrainSequence]) -> tuple[LossStats | None, float | None]:
+        """``updates_per_step`` optimizer updates (mini-batches); (None, None) when RoC left
+        nothing to learn from (the step is skipped, as in the release)."""
+        if not sequences:
+            return None, None
+        if not self.colocated:
+            sequences = with_current_logprobs(self.model, sequences, self.settings)
+        stats, norms = None, []
+        for part in np.array_split(np.arange(len(sequences)), self.config.rl.updates_per_step):
+            if len(part) == 0:
+                continue
+            part_stats, norm = policy_update(self.model, self.optimizer, self.scheduler,
+                                             [sequences[i] for i in part], self.settings, self.reference)
+            stats = part_stats if stats is None else stats + part_stats
+            norms.append(norm)
+        return stats, float(np.mean(norms))
+
+    async def push_weights(self) -> None:
+        """A colocated engine already reads the weights and only drops the keys/values the
+        previous ones computed; another copy is loaded. The model is left in eval mode, the
+        mode a colocated engine samples in (no dropout)."""
+        await self.engine.update_weights({} if self.colocated else self.model.state_dict())
+        self.model.eval()
+
+    def save(self, step: int, data_position: dict[str, Any]) -> Path:
+        return save_checkpoint(self.checkpoints, step, self.model, self.optimizer, self.scheduler,
+                               data_position, keep_last=self.config.checkpoint.keep_last)

@@ -1,0 +1,122 @@
+"""The sampling half of a training step: a batch of problems in, graded rollout groups out.
+
+    sampler = Sampler(engine, tokenizer, code_runner, grader, config.rollout, rollouts_per_prompt=8)
+    batch = await sampler.sample(problems, seed)     # batch.groups[i][j], batch.timings
+
+Every problem gets ``rollouts_per_prompt`` trajectories through the agent loop, all in flight
+at once (the engine batches them). Tool calls go through a ``TimedRunner``, so the step can
+report the wall time during which the sandbox was busy. Grading is streamed: each trajectory
+is handed to a ``GradeStream`` the moment it ends, and the stream sends everything that ended
+while its previous batch was grading to the grader as one ``grade_many`` call, so grading
+overlaps the rollouts still generating and each call gives a parallel grader (one with many
+worker processes) as many pairs as have ended, instead of one pair at a time.
+
+The engine is reseeded with ``seed`` first (``TrainableEngine.reseed``), so a resumed step
+samples as the interrupted one did where the engine allows it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rstar2.agent.prompt import PromptConfig
+from rstar2.agent.rollout import Agent, CodeRunner
+from rstar2.agent.rollout import RolloutConfig as AgentRolloutConfig
+from rstar2.data.problems import Problem
+from rstar2.engines.base import TrainableEngine
+from rstar2.reward import Grade, Grader
+from rstar2.rl.config import RolloutConfig
+from rstar2.rl.metrics import Rollout
+from rstar2.rl.roc import trajectory_facts
+from rstar2.rl.timing import TimedRunner
+
+
+@dataclass(frozen=True)
+class SampledBatch:
+    """A step's graded rollouts and the wall seconds of its sampling phases."""
+
+    groups: list[list[Rollout]]
+    """One group per problem, in the order given, each with ``rollouts_per_prompt`` rollouts."""
+    timings: dict[str, float]
+    """``rollout`` (until the last trajectory ended), ``tools`` (sandbox busy) and ``reward``
+    (the grading left after the last trajectory ended)."""
+
+
+class GradeStream:
+    """Grades (response, gold) pairs as they arrive, batching those that arrive together.
+
+    One batch is with the grader at a time (in a thread, so the event loop keeps running the
+    rollouts); pairs that arrive meanwhile wait and form the next batch. A grader failure (a
+    closed pool) fails the pairs of that batch, not the stream."""
+
+    def __init__(self, grader: Grader):
+        self.grader = grader
+        self.waiting: list[tuple[tuple[str, str], asyncio.Future]] = []
+        self.sender: asyncio.Task | None = None
+
+    async def grade(self, response: str, gold: str) -> Grade:
+        future = asyncio.get_running_loop().create_future()
+        self.waiting.append(((response, gold), future))
+        if self.sender is None or self.sender.done():
+            self.sender = asyncio.create_task(self.send_batches())
+        return await future
+
+    async def send_batches(self) -> None:
+        while self.waiting:
+            batch, self.waiting = self.waiting, []
+            try:
+                grades = await asyncio.to_thread(self.grader.grade_many, [pair for pair, _ in batch])
+            except Exception as error:  # noqa: BLE001 -- handed to every waiting rollout
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(error)
+                continue
+            for (_, future), grade in zip(batch, grades):
+                if not future.done():
+                    future.set_result(grade)
+
+
+class Sampler:
+    """Rollouts of a batch of problems through the agent loop, graded as each one ends."""
+
+    def __init__(self, engine: TrainableEngine, tokenizer, code_runner: CodeRunner | None, grader: Grader,
+                 rollout: RolloutConfig, rollouts_per_prompt: int):
+        self.engine = engine
+        self.tokenizer = tokenizer  # the one the trajectories' token ids belong to
+        self.grader = grader
+        self.rollouts_per_prompt = rollouts_per_prompt
+        self.tools = TimedRunner(code_runner)
+        self.agent = Agent(engine, tokenizer, self.tools, agent_config(rollout))
+
+    async def sample(self, problems: Sequence[Problem], seed: int) -> SampledBatch:
+        """``rollouts_per_prompt`` graded rollouts of each problem, sampled with ``seed``."""
+        self.engine.reseed(seed)
+        self.tools.reset()
+        grades = GradeStream(self.grader)
+        started = time.perf_counter()
+        last_rollout_end = started
+
+        async def one(problem: Problem) -> Rollout:
+            nonlocal last_rollout_end
+            trajectory = await self.agent.rollout(problem.problem)
+            last_rollout_end = max(last_rollout_end, time.perf_counter())
+            grade = await grades.grade(trajectory.assistant_text, problem.answer)
+            return Rollout(trajectory, trajectory_facts(trajectory, grade.reward))
+
+        n = self.rollouts_per_prompt
+        groups = await asyncio.gather(*(asyncio.gather(*(one(p) for _ in range(n))) for p in problems))
+        timings = {"rollout": last_rollout_end - started, "tools": self.tools.busy_s,
+                   "reward": time.perf_counter() - last_rollout_end}
+        return SampledBatch([list(group) for group in groups], timings)
+
+
+def agent_config(rollout: RolloutConfig) -> AgentRolloutConfig:
+    """The agent loop's settings for training rollouts."""
+    return AgentRolloutConfig(
+        max_turns=rollout.max_turns, max_response_tokens=rollout.max_response_tokens,
+        temperature=rollout.temperature, top_p=rollout.top_p, tool_timeout_s=rollout.tool_timeout_s,
+        prompt=PromptConfig(variant=rollout.prompt),
+    )
