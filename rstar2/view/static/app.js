@@ -4,10 +4,11 @@
 "use strict";
 const EMBEDDED = window.RSTAR2_DATA || null;
 const POLL_MS = 2000;
+const PAGE_ROWS = 200;  // table rows drawn at once; "show more" draws the next ones
 const DEFAULT_METRICS = ["reward/accuracy", "reward/mean", "tools/error_ratio", "tools/error_ratio_in_positives"];
 const PHASES = [["generate", "#4c78a8"], ["tools", "#f58518"], ["reward", "#54a24b"], ["update", "#e45756"], ["sync", "#b279a2"], ["other", "#bab0ac"]];
 const S = { runs: [], metrics: {}, shownRuns: new Set(), shownMetrics: null, step: {}, steps: null,
-            group: null, matches: null, rollout: null, shade: false, evalDoc: null };
+            group: null, matches: null, rollout: null, shade: false, evalDoc: null, limit: {} };
 const $ = id => document.getElementById(id);
 
 async function api(url) {
@@ -35,6 +36,17 @@ function check(answer) {
 function showTab(name) {
   document.querySelectorAll("nav button").forEach(b => b.classList.toggle("active", b.dataset.tab === name));
   document.querySelectorAll(".tab").forEach(t => t.classList.toggle("hidden", t.id !== `tab-${name}`));
+}
+
+// The first rows of a long table, and a button that draws more of them.
+function paged(key, rows, draw, redraw, columns) {
+  const limit = S.limit[key] || PAGE_ROWS;
+  const shown = rows.slice(0, limit).map(draw);
+  if (rows.length > limit) {
+    shown.push(el("tr", {}, el("td", { colspan: columns }, el("button", { class: "more",
+      onclick: () => { S.limit[key] = limit + PAGE_ROWS; redraw(); } }, `show ${Math.min(PAGE_ROWS, rows.length - limit)} more of ${rows.length - limit}`))));
+  }
+  return shown;
 }
 
 function fillSelect(select, options, keep = true) {
@@ -116,6 +128,7 @@ async function loadStep() {
   const answer = check(await api(`/api/runs/${run.id}/steps/${step}`));
   S.steps = answer;
   S.matches = null;
+  S.limit = {};
   renderGroups();
   renderRollouts();
 }
@@ -127,10 +140,10 @@ function verdict(g) {
 function renderGroups() {
   const groups = S.steps ? S.steps.groups : [];
   $("groups").replaceChildren(el("tr", {}, ["group", "problem", "gold", "correct", "tool errors", "RoC verdict"].map(h => el("th", {}, h))),
-    ...groups.map(g => el("tr", { class: "clickable group-row" + (S.group === g.group ? " selected" : ""), "data-group": g.group,
+    ...paged("groups", groups, g => el("tr", { class: "clickable group-row" + (S.group === g.group ? " selected" : ""), "data-group": g.group,
                                   onclick: () => { S.group = S.group === g.group ? null : g.group; renderGroups(); renderRollouts(); } },
       el("td", {}, g.group), el("td", {}, g.problem_id), el("td", {}, g.gold), el("td", {}, `${g.correct}/${g.rollouts}`),
-      el("td", {}, g.tool_errors), el("td", { class: g.dropped ? "bad" : "ok" }, verdict(g)))));
+      el("td", {}, g.tool_errors), el("td", { class: g.dropped ? "bad" : "ok" }, verdict(g))), renderGroups, 6));
   $("group-chip").replaceChildren(S.group === null ? "" : el("span", { class: "chip", onclick: () => { S.group = null; renderGroups(); renderRollouts(); } }, `group ${S.group} ×`));
 }
 
@@ -149,11 +162,12 @@ function filteredRollouts() {
 function renderRollouts() {
   const rows = filteredRollouts();
   $("rollouts").replaceChildren(el("tr", {}, ["group", "rollout", "reward", "answer", "penalty", "RoC", "tool calls (failed)", "tokens", "stop"].map(h => el("th", {}, h))),
-    ...rows.map(r => el("tr", { class: "clickable rollout-row" + (S.rollout === r.index ? " selected" : ""), "data-index": r.index,
+    ...paged("rollouts", rows, r => el("tr", { class: "clickable rollout-row" + (S.rollout === r.index ? " selected" : ""), "data-index": r.index,
                                 "data-tool-errors": r.tool_errors, onclick: () => openRollout(r.index) },
       el("td", {}, r.group), el("td", {}, r.rollout), el("td", { class: r.reward === 1 ? "ok" : "bad" }, r.reward === 1 ? "✓ 1" : "✗ 0"),
       el("td", {}, r.answer ?? "—"), el("td", {}, r.penalty.toFixed(2)), el("td", {}, r.kept ? "kept" : (r.group_dropped ? "group dropped" : "not kept")),
-      el("td", { class: r.tool_errors ? "bad" : "" }, `${r.tool_calls} (${r.tool_errors})`), el("td", {}, r.response_tokens), el("td", {}, r.stop_reason))));
+      el("td", { class: r.tool_errors ? "bad" : "" }, `${r.tool_calls} (${r.tool_errors})`), el("td", {}, r.response_tokens), el("td", {}, r.stop_reason)),
+      renderRollouts, 9));
   if (!rows.length) $("rollouts").append(el("tr", {}, el("td", { colspan: 9, class: "note" }, "no rollout matches the filters")));
 }
 
@@ -215,10 +229,11 @@ function renderProblems() {
   const bench = $("ev-bench-pick").value;
   const problems = (S.evalDoc && S.evalDoc.problems[bench]) || [];
   $("ev-problems").replaceChildren(el("tr", {}, ["problem", "correct", "accuracy", "maj", "mean tokens", "tool calls (failed)", "no answer", "truncated"].map(h => el("th", {}, h))),
-    ...problems.map(p => el("tr", { class: "clickable problem-row", onclick: () => openProblem(bench, p.problem_id) },
+    ...paged("problems", problems, p => el("tr", { class: "clickable problem-row", onclick: () => openProblem(bench, p.problem_id) },
       el("td", {}, p.problem_id), el("td", {}, `${p.correct}/${p.samples}`),
       el("td", { class: p.accuracy > 0 ? "ok" : "bad" }, (100 * p.accuracy).toFixed(0) + "%"), el("td", {}, p.maj),
-      el("td", {}, p.mean_response_tokens.toFixed(0)), el("td", {}, `${p.tool_calls} (${p.tool_errors})`), el("td", {}, p.no_answer), el("td", {}, p.truncated))));
+      el("td", {}, p.mean_response_tokens.toFixed(0)), el("td", {}, `${p.tool_calls} (${p.tool_errors})`), el("td", {}, p.no_answer), el("td", {}, p.truncated)),
+      renderProblems, 8));
 }
 
 async function openProblem(bench, problem) {
@@ -250,9 +265,9 @@ async function renderTimeline() {
   const rollouts = S.steps && String(roRun()?.id) === String(run.id) ? [...S.steps.rollouts].sort((a, b) => b.response_tokens - a.response_tokens) : [];
   const longest = Math.max(1, ...rollouts.map(r => r.response_tokens));
   $("tl-rollouts").replaceChildren(el("table", { class: "grid" }, el("tr", {}, ["group", "rollout", "tokens", "", "tool calls", "tool seconds"].map(h => el("th", {}, h))),
-    ...rollouts.map(r => el("tr", {}, el("td", {}, r.group), el("td", {}, r.rollout), el("td", {}, r.response_tokens),
+    ...paged("timeline", rollouts, r => el("tr", {}, el("td", {}, r.group), el("td", {}, r.rollout), el("td", {}, r.response_tokens),
       el("td", {}, el("div", { style: `width:${Math.round(300 * r.response_tokens / longest)}px;height:8px;background:#4c78a8` })),
-      el("td", {}, r.tool_calls), el("td", {}, r.tool_seconds.toFixed(2))))));
+      el("td", {}, r.tool_calls), el("td", {}, r.tool_seconds.toFixed(2))), renderTimeline, 6)));
 }
 
 // ------------------------------------------------------------------ start and live refresh
