@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -31,6 +32,7 @@ from rich.console import Console
 
 from rstar2.agent.prompt import PromptConfig
 from rstar2.agent.rollout import Agent, RolloutConfig
+from rstar2.agent.trajectory import Trajectory
 from rstar2.data.benchmarks import load_benchmark
 from rstar2.data.problems import read_problems
 from rstar2.demo.plot import plot_curves
@@ -73,6 +75,8 @@ class Phase(BaseModel):
     """What one evaluated model achieved on the held-out set."""
 
     accuracy: float
+    accuracy_ci: list[float]
+    """95% bootstrap interval of the accuracy over problems (the eval harness's)."""
     tool_call_rate: float
     tool_error_ratio: float
     results: str
@@ -80,9 +84,17 @@ class Phase(BaseModel):
 
 def run_demo(settings: DemoSettings, console: Console | None = None) -> dict:
     """Run the whole demo (module docstring); returns the summary also written to summary.json."""
+    config = demo_config(settings)
+    return run_pipeline(config, lambda url, grader, out: phases(settings, config, url, grader, out), console)
+
+
+def run_pipeline(config: RunConfig, run_phases: Callable[[str, Grader, Console], Awaitable[dict]],
+                 console: Console | None = None) -> dict:
+    """Around ``run_phases(sandbox_url, grader, console)``: a fresh run folder, a private sandbox
+    and a grader; the summary it returns, with the wall time, goes to summary.json and the
+    closing note (shared by ``rstar2 demo`` and its GSM8K recipe, ``rstar2.demo.gsm8k``)."""
     console = console or Console()
     started = time.perf_counter()
-    config = demo_config(settings)
     run_dir = config.run_dir
     if (run_dir / "summary.json").exists() or (run_dir / "checkpoints").exists():
         raise FileExistsError(f"{run_dir} holds an earlier demo; pass --name to start another")
@@ -90,7 +102,7 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> dict:
         url = stack.enter_context(local_sandbox(workers=config.rollout.sandbox_workers,
                                                 timeout_s=config.rollout.tool_timeout_s))
         grader = stack.enter_context(Grader(workers=1))
-        summary = asyncio.run(phases(settings, config, url, grader, console))
+        summary = asyncio.run(run_phases(url, grader, console))
     summary["wall_time_s"] = time.perf_counter() - started
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     console.print(closing_note(summary, run_dir))
@@ -120,32 +132,45 @@ async def phases(settings: DemoSettings, config: RunConfig, url: str, grader: Gr
         write_problems(run_dir / "data" / "sft_problems.jsonl", splits.sft)
         write_problems(Path(config.data.train), splits.rl)
         heldout = write_problems(run_dir / "data" / "heldout.jsonl", splits.heldout)
-        model = load_policy(config.model)
-        engine = rollout_engine(config, model, tokenizer)
         timings["data"] = time.perf_counter() - clock
         console.print(f"[bold]data[/]: {len(traces)} SFT traces, {len(splits.rl)} RL problems, "
                       f"{len(splits.heldout)} held-out problems in {run_dir / 'data'}")
-        try:
-            evaluate = Evaluator(settings, engine, tokenizer, sandbox, grader, prompt, heldout, run_dir, console)
-            base, losses = None, []
-            if settings.sft_model is None:
-                base = await evaluate("base", model)
-                clock = time.perf_counter()
-                losses = sft_train(model, traces, settings.sft, tokenizer.pad_token_id or 0,
-                                   on_step=lambda s, n, loss: show_sft_step(console, s, n, loss))
-                timings["sft"] = time.perf_counter() - clock
-                save_policy(model, tokenizer, run_dir / "sft")
-            sft = await evaluate("sft", model)
+        return await train_and_evaluate(settings, config, tokenizer, sandbox, grader, traces, heldout, timings,
+                                        console)
+
+
+async def train_and_evaluate(settings, config: RunConfig, tokenizer, sandbox, grader: Grader,
+                             traces: list[Trajectory], heldout: Path, timings: dict[str, float],
+                             console: Console) -> dict:
+    """Evaluate the base model, SFT on ``traces``, evaluate, GRPO-RoC on ``config.data.train``,
+    evaluate (the base and the SFT are skipped with ``settings.sft_model``); ``settings`` has
+    ``sft``, ``sft_model``, ``eval_max_tokens`` and ``eval_max_turns`` (``DemoSettings`` or
+    the GSM8K recipe's)."""
+    run_dir = config.run_dir
+    prompt = PromptConfig(variant=config.rollout.prompt)
+    model = load_policy(config.model)
+    engine = rollout_engine(config, model, tokenizer)
+    try:
+        evaluate = Evaluator(settings, engine, tokenizer, sandbox, grader, prompt, heldout, run_dir, console)
+        base, losses = None, []
+        if settings.sft_model is None:
+            base = await evaluate("base", model)
             clock = time.perf_counter()
-            trainer = build_trainer(config, model, tokenizer, engine, sandbox, grader,
-                                    read_problems(config.data.train), console)
-            trainer.restore(resume=False)
-            await trainer.run()
-            timings["rl"] = time.perf_counter() - clock
-            save_policy(model, tokenizer, run_dir / "final")
-            final = await evaluate("final", model)
-        finally:
-            await engine.close()
+            losses = sft_train(model, traces, settings.sft, tokenizer.pad_token_id or 0,
+                               on_step=lambda s, n, loss: show_sft_step(console, s, n, loss))
+            timings["sft"] = time.perf_counter() - clock
+            save_policy(model, tokenizer, run_dir / "sft")
+        sft = await evaluate("sft", model)
+        clock = time.perf_counter()
+        trainer = build_trainer(config, model, tokenizer, engine, sandbox, grader,
+                                read_problems(config.data.train), console)
+        trainer.restore(resume=False)
+        await trainer.run()
+        timings["rl"] = time.perf_counter() - clock
+        save_policy(model, tokenizer, run_dir / "final")
+        final = await evaluate("final", model)
+    finally:
+        await engine.close()
     rows = read_metrics(run_dir)
     plot_curves(rows, run_dir / "curves.png", f"GRPO-RoC on SmolLM2-135M ({config.name})")
     return summary_of(base, sft, final, rows, losses, timings | evaluate.seconds)
@@ -178,7 +203,8 @@ class Evaluator:
                                   grader=self.grader)
         outcomes = list(read_outcomes(out / SAMPLES_JSONL).values())
         entry = document["benchmarks"][self.benchmark.name]
-        phase = Phase(accuracy=entry["avg"], tool_call_rate=sum(o.tool_calls > 0 for o in outcomes) / len(outcomes),
+        phase = Phase(accuracy=entry["avg"], accuracy_ci=entry["avg_ci"],
+                      tool_call_rate=sum(o.tool_calls > 0 for o in outcomes) / len(outcomes),
                       tool_error_ratio=entry["tool_error_ratio"], results=str(out / "results.md"))
         self.seconds[f"eval_{label}"] = time.perf_counter() - started
         self.console.print(f"[bold]eval {label}[/]: held-out accuracy {100 * phase.accuracy:.1f}%, "

@@ -283,6 +283,12 @@ class RunConfig(Section):
 
 def load_config(path: str | Path, overrides: Iterable[str] = ()) -> RunConfig:
     """Read a YAML recipe, apply ``KEY=VALUE`` dotted overrides in order, validate."""
+    return validate_config(read_recipe(path, overrides), source=str(path))
+
+
+def read_recipe(path: str | Path, overrides: Iterable[str] = ()) -> dict[str, Any]:
+    """A YAML recipe as a raw tree with the overrides applied, not yet validated (a pipeline
+    recipe pops its own section first, e.g. ``gsm8k:`` in ``recipes/gsm8k-cpu.yaml``)."""
     path = Path(path)
     try:
         tree = yaml.load(path.read_text(), Loader=RecipeLoader) or {}
@@ -292,7 +298,7 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> RunConfig:
         raise ConfigError(f"{path}: a recipe is a mapping of sections, got {type(tree).__name__}")
     for override in overrides:
         apply_override(tree, override)
-    return validate_config(tree, source=str(path))
+    return tree
 
 
 def validate_config(tree: dict[str, Any], source: str = "config") -> RunConfig:

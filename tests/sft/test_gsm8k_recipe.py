@@ -1,0 +1,66 @@
+"""The GSM8K recipe (recipes/gsm8k-cpu.yaml): its two-part config, decontaminated disjoint
+splits and fixed evaluation subset; slow: the whole pipeline, one SFT and one RL step on the
+real model, sandbox and verifier, evaluated on GSM8K test problems with the tool."""
+
+import json
+
+import pytest
+
+from rstar2.data import find_overlaps, load_benchmark
+from rstar2.demo.gsm8k import RECIPE, gsm8k_splits, load_recipe, run_gsm8k
+from rstar2.rl.config import ConfigError
+
+
+@pytest.fixture
+def train_file(shared_data):
+    return str(shared_data / "gsm8k_train" / "gsm8k_train.jsonl")
+
+
+def test_recipe_has_a_pipeline_section_and_an_rl_run(tmp_path):
+    settings, config = load_recipe(RECIPE, ["gsm8k.sft.epochs=2", "rl.roc.mode=off", f"runs_dir={tmp_path}"],
+                                   name="mine")
+    assert settings.sft.epochs == 2 and config.rl.roc.mode == "off"
+    assert config.name == "mine" and config.data.train == str(tmp_path / "mine" / "data" / "rl_train.jsonl")
+    assert load_recipe(RECIPE, ["gsm8k.sft_model=runs/x/sft"])[1].model.path == "runs/x/sft"
+    with pytest.raises(ConfigError, match=r"gsm8k\.sft_problem: unknown field"):
+        load_recipe(RECIPE, ["gsm8k.sft_problem=3"])
+    with pytest.raises(ConfigError, match=r"rl\.group_size"):
+        load_recipe(RECIPE, ["rl.group_size=1"])
+
+
+def test_splits_are_disjoint_decontaminated_and_reproducible(train_file):
+    settings, config = load_recipe(RECIPE, [f"gsm8k.train={train_file}", "gsm8k.sft_problems=300",
+                                            "gsm8k.rl_problems=200", "gsm8k.eval_problems=100"])
+    splits = gsm8k_splits(settings, config.seed)
+    sft, rl = {p.id for p in splits.sft}, {p.id for p in splits.rl}
+    assert (len(sft), len(rl), len(splits.evaluation)) == (300, 200, 100) and not sft & rl
+    test = load_benchmark("gsm8k")
+    assert splits.decontamination["overlapping_rows"] == len(splits.overlaps) > 0
+    assert not find_overlaps(splits.sft + splits.rl, [test])  # what is left overlaps nothing
+    assert {p.id for p in splits.evaluation} <= {p.id for p in test.problems}
+    again = gsm8k_splits(settings, config.seed)
+    assert [p.id for p in again.sft] == [p.id for p in splits.sft]
+    assert [p.id for p in again.evaluation] == [p.id for p in splits.evaluation]
+    assert [p.id for p in gsm8k_splits(settings, config.seed + 1).sft] != [p.id for p in splits.sft]
+
+
+@pytest.mark.slow
+def test_the_recipe_runs_sft_rl_and_evaluation_on_the_real_model(tmp_path, train_file):
+    summary = run_gsm8k(RECIPE, [
+        f"runs_dir={tmp_path}", f"gsm8k.train={train_file}", "gsm8k.sft_problems=8", "gsm8k.rl_problems=4",
+        "gsm8k.eval_problems=4", "gsm8k.eval_max_tokens=96", "gsm8k.sft.batch_size=8",
+        "rl.steps=1", "rl.prompts_per_step=2", "rl.group_size=2", "rollout.max_response_tokens=96",
+    ], name="tiny")
+    run = tmp_path / "tiny"
+    data = summary["data"]
+    assert data["sft_traces"] + sum(data["dropped"].values()) == 8 and data["sft_traces"] > 0
+    assert summary["sft_loss_first_last"] and summary["rl_steps"] == 1
+    assert set(summary["heldout"]) == {"base", "sft", "final"}
+    for phase in summary["heldout"].values():
+        low, high = phase["accuracy_ci"]
+        assert low <= phase["accuracy"] <= high
+    assert {"data", "sft", "rl", "eval_base", "eval_sft", "eval_final"} <= summary["phase_seconds"].keys()
+    assert len((run / "data" / "gsm8k_test_eval.jsonl").read_text().splitlines()) == 4
+    assert json.loads((run / "data" / "decontamination.json").read_text())["overlapping_rows"] > 0
+    assert (run / "sft" / "config.json").is_file() and (run / "final" / "config.json").is_file()
+    assert (run / "config.yaml").is_file() and (run / "metrics.jsonl").is_file()
