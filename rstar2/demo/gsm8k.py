@@ -133,6 +133,9 @@ def run_gsm8k(recipe: str | Path = RECIPE, overrides: Sequence[str] = (), name: 
               console: Console | None = None) -> dict:
     """Run the whole GSM8K recipe (module docstring); returns the summary also in summary.json."""
     settings, config = load_recipe(recipe, overrides, name)
+    if not Path(settings.train).is_file():
+        raise DataError(f"{settings.train}: no such file; set gsm8k.train=PATH to GSM8K train "
+                        "(JSONL rows with the annotated solutions, as in ../shared/data)")
     return run_pipeline(config, lambda url, grader, out: phases(settings, config, url, grader, out), console)
 
 

@@ -5,7 +5,9 @@ real model, sandbox and verifier, evaluated on GSM8K test problems with the tool
 import json
 
 import pytest
+from typer.testing import CliRunner
 
+from rstar2.cli import app
 from rstar2.data import find_overlaps, load_benchmark
 from rstar2.demo.gsm8k import RECIPE, gsm8k_splits, load_recipe, run_gsm8k
 from rstar2.rl.config import ConfigError
@@ -42,6 +44,18 @@ def test_splits_are_disjoint_decontaminated_and_reproducible(train_file):
     assert [p.id for p in again.sft] == [p.id for p in splits.sft]
     assert [p.id for p in again.evaluation] == [p.id for p in splits.evaluation]
     assert [p.id for p in gsm8k_splits(settings, config.seed + 1).sft] != [p.id for p in splits.sft]
+
+
+def test_demo_command_refuses_bad_recipes_in_one_line(tmp_path):
+    runner = CliRunner()
+    cases = {
+        ("--recipe", "gsm8k", "--set", "gsm8k.sft_problem=3"): "gsm8k.sft_problem: unknown field",
+        ("--recipe", str(tmp_path / "none.yaml")): "cannot read recipe",
+        ("--recipe", "gsm8k", "--set", f"gsm8k.train={tmp_path / 'none.jsonl'}"): "none.jsonl: no such file",
+    }
+    for args, message in cases.items():
+        result = runner.invoke(app, ["demo", *args])
+        assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
 
 
 @pytest.mark.slow
