@@ -47,6 +47,9 @@ from rstar2.rl.sampler import Sampler
 
 
 class Trainer:
+    """The step loop. It owns the step count and the data position; the policy belongs to the
+    learner and the rollouts to the sampler, so either can change without touching the step."""
+
     def __init__(self, config: RunConfig, learner: Learner, sampler: Sampler, problems: Sequence[Problem],
                  console=None):
         self.config = config
