@@ -167,4 +167,5 @@ async def phases(settings: GSM8KSettings, config: RunConfig, url: str, grader: G
                       f"{splits.decontamination['against']} removed first")
         summary = await train_and_evaluate(settings, config, tokenizer, sandbox, grader, built.traces,
                                            evaluation, timings, console)
-    return {"data": data, **summary}
+    total = len(load_benchmark(settings.test).problems)
+    return {"evaluated_on": f"{settings.test} ({len(splits.evaluation)} of {total})", "data": data, **summary}

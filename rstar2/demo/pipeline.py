@@ -39,7 +39,7 @@ from rstar2.demo.plot import plot_curves
 from rstar2.engines.loading import load_tokenizer
 from rstar2.eval.launch import agent_solver
 from rstar2.eval.runner import SAMPLES_JSONL, EvalSettings, run_eval
-from rstar2.eval.samples import read_outcomes
+from rstar2.eval.samples import SampleOutcome, read_outcomes
 from rstar2.reward import Grader
 from rstar2.rl.config import RunConfig, load_config
 from rstar2.rl.launch import build_trainer, rollout_engine
@@ -79,6 +79,8 @@ class Phase(BaseModel):
     """95% bootstrap interval of the accuracy over problems (the eval harness's)."""
     tool_call_rate: float
     tool_error_ratio: float
+    tool_error_ratio_in_correct: float
+    """Failed calls over calls inside correct answers: what RoC aims to lower (report Fig. 4)."""
     results: str
 
 
@@ -205,12 +207,19 @@ class Evaluator:
         entry = document["benchmarks"][self.benchmark.name]
         phase = Phase(accuracy=entry["avg"], accuracy_ci=entry["avg_ci"],
                       tool_call_rate=sum(o.tool_calls > 0 for o in outcomes) / len(outcomes),
-                      tool_error_ratio=entry["tool_error_ratio"], results=str(out / "results.md"))
+                      tool_error_ratio=entry["tool_error_ratio"],
+                      tool_error_ratio_in_correct=error_ratio([o for o in outcomes if o.correct]),
+                      results=str(out / "results.md"))
         self.seconds[f"eval_{label}"] = time.perf_counter() - started
         self.console.print(f"[bold]eval {label}[/]: held-out accuracy {100 * phase.accuracy:.1f}%, "
                            f"tool-call rate {100 * phase.tool_call_rate:.0f}%, "
                            f"({self.seconds[f'eval_{label}']:.0f} s)")
         return phase
+
+
+def error_ratio(outcomes: list[SampleOutcome]) -> float:
+    calls = sum(o.tool_calls for o in outcomes)
+    return sum(o.tool_errors for o in outcomes) / calls if calls else 0.0
 
 
 def summary_of(base: Phase | None, sft: Phase, final: Phase, rows: list[dict], sft_losses: list[float],
@@ -235,15 +244,21 @@ def summary_of(base: Phase | None, sft: Phase, final: Phase, rows: list[dict], s
 def closing_note(summary: dict, run_dir: Path) -> str:
     held = summary["heldout"]
     labels = {"base": "base", "sft": "SFT", "final": "SFT+RL"}
-    accuracy = " -> ".join(f"{labels[k]} {100 * v['accuracy']:.1f}%" for k, v in held.items())
+    accuracy = " -> ".join(f"{labels[k]} {100 * v['accuracy']:.1f}% "
+                           f"[{100 * v['accuracy_ci'][0]:.1f}, {100 * v['accuracy_ci'][1]:.1f}]"
+                           for k, v in held.items())
     calls = ", ".join(f"{labels[k]} {v['tool_call_rate']:.0%}" for k, v in held.items())
+    errors = ", ".join(f"{labels[k]} {v['tool_error_ratio']:.0%} / {v['tool_error_ratio_in_correct']:.0%}"
+                       for k, v in held.items())
     err = summary["rl_tool_error_in_positives_first_last"]
     err_text = f"{err[0]:.3f} -> {err[1]:.3f}" if err else "n/a"
     return (
-        f"\n[bold]held-out accuracy[/]: {accuracy}\ntool-call rate: {calls}\n"
+        f"\n[bold]{summary.get('evaluated_on', 'held-out')} accuracy[/] (95% CI): {accuracy}\n"
+        f"tool-call rate: {calls}\ntool-error ratio (all calls / in correct answers): {errors}\n"
         f"RL: {summary['rl_steps']} steps, {summary['rl_seconds_per_step']:.1f} s/step, "
         f"tool-error ratio in correct rollouts {err_text}\n"
-        f"wall time {summary['wall_time_s'] / 60:.1f} min\n"
+        f"wall time {summary['wall_time_s'] / 60:.1f} min (seconds: "
+        f"{', '.join(f'{phase} {seconds:.0f}' for phase, seconds in summary['phase_seconds'].items())})\n"
         f"run folder {run_dir}: curves.png, summary.json, metrics.jsonl, rollouts/, eval/*/results.md, "
         f"models sft/ and final/ (rstar2 chat --model {run_dir / 'final'})"
     )

@@ -73,6 +73,8 @@ def test_the_recipe_runs_sft_rl_and_evaluation_on_the_real_model(tmp_path, train
     for phase in summary["heldout"].values():
         low, high = phase["accuracy_ci"]
         assert low <= phase["accuracy"] <= high
+        assert 0 <= phase["tool_error_ratio_in_correct"] <= 1
+    assert summary["evaluated_on"] == "gsm8k (4 of 1319)"
     assert {"data", "sft", "rl", "eval_base", "eval_sft", "eval_final"} <= summary["phase_seconds"].keys()
     assert len((run / "data" / "gsm8k_test_eval.jsonl").read_text().splitlines()) == 4
     assert json.loads((run / "data" / "decontamination.json").read_text())["overlapping_rows"] > 0
