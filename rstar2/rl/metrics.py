@@ -27,6 +27,9 @@ class Rollout:
 
     trajectory: Trajectory
     facts: RolloutSummary
+    span_s: tuple[float, float, float] | None = None
+    """Seconds after the step's sampling began at which the rollout started, ended and was
+    graded (the viewer's timeline); None where nobody timed it."""
 
 
 def step_metrics(

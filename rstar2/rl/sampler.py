@@ -101,10 +101,13 @@ class Sampler:
 
         async def one(problem: Problem) -> Rollout:
             nonlocal last_rollout_end
+            began = time.perf_counter()
             trajectory = await self.agent.rollout(problem.problem)
-            last_rollout_end = max(last_rollout_end, time.perf_counter())
+            ended = time.perf_counter()
+            last_rollout_end = max(last_rollout_end, ended)
             grade = await grades.grade(trajectory.assistant_text, problem.answer)
-            return Rollout(trajectory, trajectory_facts(trajectory, grade.reward))
+            span = (began - started, ended - started, time.perf_counter() - started)
+            return Rollout(trajectory, trajectory_facts(trajectory, grade.reward), span)
 
         n = self.rollouts_per_prompt
         groups = await asyncio.gather(*(asyncio.gather(*(one(p) for _ in range(n))) for p in problems))

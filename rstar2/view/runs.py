@@ -52,6 +52,7 @@ def rollout_summary(row: dict) -> dict:
         "tool_calls": len(calls), "tool_errors": sum(call.get("status") != "ok" for call in calls),
         "tool_seconds": sum(call.get("duration_s", 0.0) for call in calls),
         "truncated": row.get("stop_reason") == "max_tokens", "logprobs": "token_logprobs" in row,
+        "span_s": row.get("span_s"),
     }
 
 

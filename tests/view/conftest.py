@@ -78,8 +78,10 @@ def viewer():
         one.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    """Chromium, for one test module: while Playwright's sync API is open it keeps an event
+    loop running in this thread, and later tests elsewhere must be able to ``asyncio.run``."""
     if not Path(CHROMIUM).is_file():
         pytest.skip(f"{CHROMIUM} not found: install Debian's chromium (scripts/setup.sh does, as root)")
     playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e '.[dev]')")

@@ -255,15 +255,22 @@ async function compare() {
 
 // ------------------------------------------------------------------ timeline
 async function renderTimeline() {
-  $("timeline-note").textContent = "Per-engine spans need the rollout fleet, which this run does not record. Shown instead: " +
-    "what the trainer records, each step's wall time laid out by phase (tool time is the time at least one call was in flight " +
-    "during the rollout phase) and, for the logged rollouts of the step chosen in Rollouts, each one's tokens and tool time.";
+  $("timeline-note").textContent = "Per-engine spans need the rollout fleet, which does not record them yet. Shown instead: " +
+    "what the trainer records: each step's wall time by phase (tools: the time at least one call was in flight during the " +
+    "rollout phase) and, for the logged rollouts of the step chosen in Rollouts, when each one started, ended and was graded.";
   const run = S.runs.find(r => String(r.id) === $("tl-run").value);
   if (!run) return;
   const rows = S.metrics[run.id] || [];
-  $("timeline").replaceChildren(...[stackedBars(`${run.label}: step wall time by phase (s)`, rows.map(r => r.step), phaseLayers(rows))].filter(Boolean));
-  const rollouts = S.steps && String(roRun()?.id) === String(run.id) ? [...S.steps.rollouts].sort((a, b) => b.response_tokens - a.response_tokens) : [];
+  const rollouts = S.steps && String(roRun()?.id) === String(run.id) ? [...S.steps.rollouts] : [];
+  const timed = rollouts.filter(r => r.span_s).sort((a, b) => a.span_s[1] - b.span_s[1]);
+  const lanes = laneChart(`step ${S.steps?.step}: logged rollouts, sorted by when they ended`, timed.map(r => ({
+    label: `g${r.group} r${r.rollout}`,
+    spans: [[r.span_s[0], r.span_s[1], "#4c78a8", "generating and tool calls"], [r.span_s[1], r.span_s[2], "#54a24b", "grading"]] })),
+    [["generating and tool calls", "#4c78a8"], ["grading", "#54a24b"]]);
+  $("timeline").replaceChildren(...[stackedBars(`${run.label}: step wall time by phase (s)`, rows.map(r => r.step), phaseLayers(rows)),
+    lanes || (rollouts.length ? el("p", { class: "note" }, "This run's rollout log has no start/end times (written before they were logged).") : null)].filter(Boolean));
   const longest = Math.max(1, ...rollouts.map(r => r.response_tokens));
+  rollouts.sort((a, b) => b.response_tokens - a.response_tokens);
   $("tl-rollouts").replaceChildren(el("table", { class: "grid" }, el("tr", {}, ["group", "rollout", "tokens", "", "tool calls", "tool seconds"].map(h => el("th", {}, h))),
     ...paged("timeline", rollouts, r => el("tr", {}, el("td", {}, r.group), el("td", {}, r.rollout), el("td", {}, r.response_tokens),
       el("td", {}, el("div", { style: `width:${Math.round(300 * r.response_tokens / longest)}px;height:8px;background:#4c78a8` })),

@@ -91,3 +91,28 @@ function stackedBars(title, steps, layers) {
   });
   return f.svg;
 }
+
+// lanes: [{label, spans: [[start, end, color, what], ...]}]; one row per lane on a shared time axis.
+function laneChart(title, lanes, legend) {
+  const ends = lanes.flatMap(l => l.spans.map(s => s[1]));
+  if (!ends.length) return null;
+  const rowH = 12, H = 60 + rowH * lanes.length;
+  const f = chartFrame(title, [0, Math.max(...ends)], [0, 1], { w: 760, h: H, t: 40 });
+  f.svg.querySelectorAll("text[text-anchor=end]").forEach(t => { if (t.getAttribute("x") < f.L) t.remove(); });
+  f.svg.lastChild.textContent = "seconds";
+  lanes.forEach((lane, i) => {
+    const y = 40 + i * rowH;
+    svgEl("text", { x: f.L - 4, y: y + rowH - 3, "text-anchor": "end" }, f.svg).textContent = lane.label;
+    for (const [start, end, color, what] of lane.spans) {
+      const r = svgEl("rect", { x: f.sx(start), y: y + 1, width: Math.max(1, f.sx(end) - f.sx(start)), height: rowH - 2,
+                                fill: color, class: "span" }, f.svg);
+      svgEl("title", {}, r).textContent = `${lane.label} ${what}: ${fmtNum(start)}–${fmtNum(end)} s`;
+    }
+  });
+  legend.forEach(([label, color], k) => {
+    const x = f.L + 8 + k * 150;
+    svgEl("rect", { x, y: 24, width: 9, height: 9, fill: color }, f.svg);
+    svgEl("text", { x: x + 12, y: 32 }, f.svg).textContent = label;
+  });
+  return f.svg;
+}
