@@ -19,6 +19,9 @@ def train(
                                 "(same weights, optimizer, data position and RNG state)."),
     name: str = typer.Option(None, "--name", help="Run name (the folder under runs_dir); "
                              "overrides the recipe's `name`."),
+    plan: bool = typer.Option(False, "--plan", help="Print the cluster: section's placement, the "
+                              "per-GPU memory estimate and the rollouts in flight, then exit "
+                              "without starting anything (no GPU, model or Ray needed)."),
 ) -> None:
     """Train with GRPO-RoC: rollouts with the Python tool, Resample-on-Correct, clipped loss.
 
@@ -35,9 +38,24 @@ def train(
     except ConfigError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from error
+    if plan:
+        print_plan(config)
+        return
     try:
         final = run_training(config, resume=resume)
     except RunExists as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from error
     typer.echo(f"done: metrics in {config.run_dir / 'metrics.jsonl'}, trained model in {final}")
+
+
+def print_plan(config) -> None:
+    """``--plan``: the placement and memory of the recipe's cluster, or a one-line refusal."""
+    from rstar2.cluster.architectures import UnknownArchitecture
+    from rstar2.cluster.plan import PlacementError, plan_run, render
+
+    try:
+        typer.echo(render(plan_run(config)))
+    except (PlacementError, UnknownArchitecture) as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from error

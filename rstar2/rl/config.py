@@ -27,9 +27,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from rstar2.cluster.config import ClusterConfig
 from rstar2.engines.factory import ENGINE_KINDS, TRAINABLE_ENGINE_KINDS, EngineKind
+from rstar2.section import Section
 
 
 class RecipeLoader(yaml.SafeLoader):
@@ -47,12 +49,6 @@ RecipeLoader.add_implicit_resolver(
 
 class ConfigError(ValueError):
     """A recipe or override that does not describe a valid run; the message names the field."""
-
-
-class Section(BaseModel):
-    """Base of every config section: unknown keys are errors, field docstrings are descriptions."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class LoraConfig(Section):
@@ -275,6 +271,9 @@ class RunConfig(Section):
     """Checkpointing."""
     logging: LoggingConfig = LoggingConfig()
     """Metrics and rollout logs."""
+    cluster: ClusterConfig | None = None
+    """Where the learner ranks, engine members and sandbox services run (``rstar2.cluster``);
+    null trains in this process, as on a laptop."""
 
     @property
     def run_dir(self) -> Path:

@@ -1,0 +1,84 @@
+"""The ``cluster:`` section of a run config: who runs where.
+
+    cluster:
+      nodes: 8
+      gpus_per_node: 8
+      architecture: qwen3-14b
+      learner: {ranks: 32}
+      engines: {members: 16, gpus_per_member: 2}
+      sandbox: {services_per_node: 1, workers_per_service: 16}
+
+Learner ranks hold an FSDP2-sharded policy (one GPU each, or ``cpus_per_rank`` cores on a CPU
+cluster); engine members are generators with ``gpus_per_member`` GPUs each (vLLM's tensor
+parallel size), never split across nodes; every node runs ``services_per_node`` sandbox
+services. ``rstar2.cluster.plan`` checks that this fits and estimates memory; this module
+only describes it and does not import torch or Ray.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from rstar2.section import Section
+
+
+class LearnerPlacement(Section):
+    ranks: int = Field(1, ge=1)
+    """Processes of the FSDP2 learner; the policy, its gradients and AdamW's moments are
+    sharded over all of them (one GPU each on a GPU cluster)."""
+    cpus_per_rank: int = Field(1, ge=1)
+    """CPU cores reserved for each rank (its data loading, or its compute on a CPU cluster)."""
+    backend: Literal["auto", "nccl", "gloo"] = "auto"
+    """torch.distributed backend of the learner's process group: 'auto' is NCCL on GPUs and
+    gloo on CPUs."""
+
+
+class EnginePlacement(Section):
+    members: int = Field(1, ge=1)
+    """Generation engines of the fleet; each receives the weights after every update."""
+    gpus_per_member: int = Field(1, ge=0)
+    """GPUs of one member (vLLM ``tensor_parallel_size``), all on one node; 0 on a CPU cluster."""
+    cpus_per_member: int = Field(1, ge=1)
+    """CPU cores reserved for each member."""
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    """Share of each GPU a member may use for weights, activations and KV cache (vLLM's
+    ``gpu_memory_utilization``)."""
+    max_num_seqs: int = Field(256, ge=1)
+    """Most sequences a member decodes at once (vLLM's ``max_num_seqs``)."""
+    reserve_gib: float = Field(2.0, ge=0)
+    """Memory per GPU a member keeps for its runtime (CUDA context, graphs, activations of a
+    scheduler step) besides weights and KV cache."""
+
+
+class SandboxPlacement(Section):
+    services_per_node: int = Field(1, ge=0)
+    """Sandbox services (``rstar2 sandbox serve``) started on every node."""
+    workers_per_service: int = Field(4, ge=1)
+    """Worker processes of each service; each takes a CPU core."""
+
+
+class ClusterConfig(Section):
+    nodes: int = Field(1, ge=1)
+    """Machines in the Ray cluster."""
+    gpus_per_node: int = Field(0, ge=0)
+    """GPUs of each machine; 0 is a CPU cluster (gloo learner, transformers engines)."""
+    cpus_per_node: int = Field(16, ge=1)
+    """CPU cores of each machine, shared by ranks, members and sandbox workers."""
+    gpu_memory_gib: float = Field(80.0, gt=0)
+    """Memory of one GPU, which the plan checks every learner rank and member against."""
+    architecture: str | None = None
+    """The policy's architecture for the memory plan: a name from
+    ``rstar2.cluster.architectures.KNOWN`` (e.g. 'qwen3-14b'), or null to read
+    ``model.path``'s config.json (nothing is downloaded)."""
+    weight_sync: Literal["auto", "broadcast", "vllm", "disk"] = "auto"
+    """How new weights reach the members: 'broadcast' (bucketed, from learner rank 0 over a
+    process group), 'vllm' (vLLM's weight-update API), 'disk' (a checkpoint members reload);
+    'auto' picks 'vllm' for vLLM engines and 'broadcast' otherwise."""
+    learner: LearnerPlacement = LearnerPlacement()
+    """The FSDP2 learner."""
+    engines: EnginePlacement = EnginePlacement()
+    """The generation fleet."""
+    sandbox: SandboxPlacement = SandboxPlacement()
+    """The tool sandboxes."""

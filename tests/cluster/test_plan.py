@@ -1,0 +1,102 @@
+"""The cluster plan: the 14B recipes fit 8 nodes x 8 GPUs, a placement that cannot fit is
+refused in one line, and the parameter count the memory estimate rests on is the real model's."""
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rstar2.cli.app import app
+from rstar2.cluster.architectures import KNOWN, UnknownArchitecture, architecture, from_config_json
+from rstar2.cluster.plan import GIB, PlacementError, place, plan_run, span
+from rstar2.rl.config import load_config, validate_config
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+STAGES = sorted(RECIPES.glob("qwen3-14b-stage*.yaml"))
+
+
+@pytest.mark.parametrize("recipe", STAGES, ids=lambda p: p.stem)
+def test_paper_recipes_fit_eight_nodes_of_eight_gpus(recipe):
+    plan = plan_run(load_config(recipe))
+    cluster = load_config(recipe).cluster
+    assert (cluster.nodes, cluster.gpus_per_node) == (8, 8)
+    placed_ranks = sorted(r for node in plan.nodes for r in node.learner_ranks)
+    placed_members = sorted(m for node in plan.nodes for m in node.engine_members)
+    assert placed_ranks == list(range(cluster.learner.ranks))
+    assert placed_members == list(range(cluster.engines.members))
+    assert all(node.free_gpus >= 0 and node.free_cpus >= 0 for node in plan.nodes)
+    assert sum(plan.learner_bytes.values()) < cluster.gpu_memory_gib * GIB
+    assert plan.in_flight_per_member >= 1 and plan.weight_sync == "vllm"
+
+
+def test_cli_prints_the_plan_and_refuses_in_one_line():
+    runner = CliRunner()
+    recipe = str(RECIPES / "qwen3-14b-stage1.yaml")
+    shown = runner.invoke(app, ["train", recipe, "--plan"])
+    assert shown.exit_code == 0, shown.output
+    assert "node 7:" in shown.output and "rollouts in flight" in shown.output
+    for override in ("cluster.nodes=4", "cluster.learner.ranks=2"):
+        refused = runner.invoke(app, ["train", recipe, "--plan", "--set", override])
+        assert refused.exit_code == 2
+        message = refused.output.strip()
+        assert message.startswith("error:") and "fit" in message and "\n" not in message
+        assert "Traceback" not in message
+
+
+def config_with(cluster, **rl):
+    return validate_config({"name": "plan", "data": {"train": "unused.jsonl"},
+                            "model": {"gradient_checkpointing": rl.pop("checkpointing", True)},
+                            "rl": {"steps": 1, **rl}, "cluster": cluster})
+
+
+def test_sharding_and_checkpointing_shrink_the_learner():
+    cluster = {"nodes": 2, "gpus_per_node": 8, "architecture": "qwen3-14b",
+               "engines": {"members": 4, "gpus_per_member": 2}}
+    few = plan_run(config_with({**cluster, "learner": {"ranks": 8}}))
+    many = plan_run(config_with({**cluster, "learner": {"ranks": 8}, "nodes": 4}))
+    assert few.learner_bytes == many.learner_bytes  # nodes alone change nothing per rank
+    sharded = config_with({**cluster, "learner": {"ranks": 8}})
+    with pytest.raises(PlacementError, match="ranks"):
+        plan_run(config_with({**cluster, "learner": {"ranks": 2}}))
+    full = config_with({**cluster, "learner": {"ranks": 8}}, checkpointing=False)
+    with pytest.raises(PlacementError, match="learner rank needs"):
+        plan_run(full)
+    assert plan_run(sharded).learner_bytes["optimizer"] * 8 == pytest.approx(
+        2 * 2 * KNOWN["qwen3-14b"].parameters)
+
+
+def test_placement_never_splits_a_member_across_nodes():
+    cluster = config_with({"nodes": 2, "gpus_per_node": 4, "engines": {"members": 2,
+                                                                       "gpus_per_member": 3}}).cluster
+    with pytest.raises(PlacementError, match="engine member"):
+        place(cluster.model_copy(update={"engines": cluster.engines.model_copy(
+            update={"members": 3})}))
+    nodes = place(cluster)
+    assert [n.engine_members for n in nodes] == [[0], [1]]
+    assert [n.learner_ranks for n in nodes] == [[0], []]
+
+
+def test_cpu_cluster_counts_cores():
+    cluster = {"nodes": 1, "cpus_per_node": 4, "learner": {"ranks": 2},
+               "engines": {"members": 2, "gpus_per_member": 0},
+               "sandbox": {"services_per_node": 1, "workers_per_service": 1}}
+    with pytest.raises(PlacementError, match="no node"):
+        plan_run(config_with(cluster))
+    plan = plan_run(config_with({**cluster, "cpus_per_node": 5}))
+    assert plan.nodes[0].learner_ranks == [0, 1] and plan.nodes[0].free_cpus == 0
+    assert plan.weight_sync == "broadcast"
+
+
+def test_parameter_count_matches_the_real_model():
+    from rstar2.engines.loading import load_model
+
+    model = load_model("default", dtype="float32")
+    arch = from_config_json(model.config.to_dict())
+    assert arch == KNOWN["smollm2-135m"] == architecture(None, "default")
+    assert arch.parameters == sum(p.numel() for p in model.parameters())
+    with pytest.raises(UnknownArchitecture, match="cluster.architecture"):
+        architecture(None, "/nonexistent/model")
+
+
+def test_span():
+    assert span([0, 1, 2, 5, 7, 8]) == "0-2, 5, 7-8" and span([]) == ""
