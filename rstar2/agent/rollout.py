@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.agent.toolcall import ParseError, ToolCall, clip_tokens, parse_tool_calls, tool_output
 from rstar2.agent.trajectory import ToolCallRecord, Trajectory, Turn, last_answer
-from rstar2.engines.base import Engine, SamplingParams
+from rstar2.engines.base import Engine, SamplingParams, run_trajectory
 from rstar2.sandbox.protocol import RunResult
 
 
@@ -104,10 +104,20 @@ class Agent:
         e.g. a tool call to exercise the tool path with a model that rarely calls tools. If it
         ends with the template's end-of-turn token it is the whole first turn and the model
         takes over after the tool response.
+
+        On an engine that schedules whole trajectories (a fleet) all turns run as one
+        trajectory needing the prompt plus the response budget in KV (``run_trajectory``).
         """
-        cfg = self.config
         prompt_text = self.chat.prompt_text(question)
         prompt_ids = self.chat.encode(prompt_text)
+        need = len(prompt_ids) + self.config.max_response_tokens
+        return await run_trajectory(self.engine, need, lambda: self.turns(
+            prompt_text, prompt_ids, forced_prefix))
+
+    async def turns(self, prompt_text: str, prompt_ids: list[int], forced_prefix: str
+                    ) -> Trajectory:
+        """The turns of one rollout, from the first to the stop."""
+        cfg = self.config
         response = ResponseBuilder(self.tokenizer)
         calls: list[ToolCallRecord] = []
         forced = self.chat.encode(forced_prefix) if forced_prefix else []

@@ -151,16 +151,22 @@ def serve_model(
     dtype: str = typer.Option("bfloat16", "--dtype", help="float32 | bfloat16 | float16."),
     max_batch_size: int = typer.Option(32, "--max-batch-size", min=1,
                                        help="Sequences decoded together."),
+    kv_budget_tokens: int = typer.Option(None, "--kv-budget-tokens", min=1,
+                                         help="KV tokens the running requests may hold; more "
+                                         "wait (reported at /metrics as the KV capacity). "
+                                         "Default: max batch size x the model's context."),
 ) -> None:
     """Serve a model with the embedded engine over an OpenAI-compatible API (/v1/completions
-    with token-id prompts, token ids and log-probs back), for `--engine openai` clients."""
+    with token-id prompts, token ids and log-probs back), for `--engine openai` clients and
+    fleets (its load at /metrics under vLLM's metric names)."""
     import uvicorn
 
     from rstar2.engines.hf import HFEngine, HFEngineConfig
     from rstar2.engines.server import create_app
 
     try:
-        config = HFEngineConfig(model=model, dtype=dtype, max_batch_size=max_batch_size)
+        config = HFEngineConfig(model=model, dtype=dtype, max_batch_size=max_batch_size,
+                                kv_budget_tokens=kv_budget_tokens)
         with console.status("loading the model"):
             engine = HFEngine(config)
     except ValueError as exc:

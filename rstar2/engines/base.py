@@ -24,8 +24,8 @@ are the old policy's and no weights need copying).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -99,3 +99,49 @@ class TrainableEngine(Engine, Protocol):
         """Load ``state_dict`` (parameter name -> tensor; empty when colocated) and drop every
         cached key/value the old weights computed. Called with no request in flight."""
         ...
+
+
+class EngineLoad(BaseModel):
+    """What a scheduler reads from an engine: its KV memory and its queue, the numbers vLLM
+    serves at ``/metrics`` (``vllm:cache_config_info{kv_cache_size_tokens}``,
+    ``vllm:kv_cache_usage_perc``, ``vllm:num_requests_running``/``_waiting``,
+    ``vllm:num_preemptions_total``)."""
+
+    kv_capacity_tokens: int = Field(ge=0, description="Tokens of KV the engine can hold.")
+    kv_used_tokens: int = Field(ge=0, description="Tokens of KV held by running requests now.")
+    kv_peak_tokens: int = Field(0, ge=0, description="Most KV tokens held at once since the "
+                                "engine started (0 where the engine does not say).")
+    running: int = Field(ge=0, description="Requests being decoded.")
+    waiting: int = Field(ge=0, description="Requests queued, not yet admitted.")
+    preemptions: int = Field(0, ge=0, description="Requests evicted from KV to be recomputed.")
+    busy_s: float | None = Field(None, description="Seconds the engine spent computing since it "
+                                 "started (None where the engine does not say).")
+
+
+class TrajectoryLost(RuntimeError):
+    """The engine that held this trajectory is gone: run the trajectory again from its start."""
+
+
+Result = TypeVar("Result")
+
+
+async def run_trajectory(engine: Engine, need_tokens: int,
+                         body: Callable[[], Awaitable[Result]]) -> Result:
+    """Run ``body`` -- every turn of one trajectory -- as one unit of scheduling.
+
+    An engine that schedules whole trajectories (``rstar2.engines.fleet.Fleet``) offers
+    ``trajectory(need_tokens)``, an async context inside which all ``generate`` calls belong
+    to one trajectory: admitted once, pinned to one member for all its turns, its KV
+    reservation held across tool waits and released on exit. If that member dies the body
+    raises ``TrajectoryLost`` and is run again from its start, so a caller gets exactly one
+    result per trajectory. Other engines just run ``body``.
+    """
+    scope = getattr(engine, "trajectory", None)
+    if scope is None:
+        return await body()
+    while True:
+        try:
+            async with scope(need_tokens):
+                return await body()
+        except TrajectoryLost:
+            continue

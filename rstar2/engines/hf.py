@@ -27,6 +27,7 @@ import asyncio
 import collections
 import concurrent.futures
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -35,7 +36,7 @@ import torch
 from pydantic import BaseModel, Field
 
 from rstar2.engines import slots
-from rstar2.engines.base import Completion, SamplingParams
+from rstar2.engines.base import Completion, EngineLoad, SamplingParams
 from rstar2.engines.loading import load_model, load_tokenizer, set_cpu_threads
 from rstar2.engines.sampling import sample_tokens
 
@@ -58,6 +59,11 @@ class HFEngineConfig(BaseModel):
     prefill_tokens: int = Field(4096, ge=64, description="Padded tokens per prefill pass "
                                 "(bounds prefill memory).")
     seed: int = Field(0, description="Seed of the sampling generator.")
+    kv_budget_tokens: int | None = Field(None, ge=1, description="KV tokens the running "
+                                         "requests may hold: a request is admitted only when its "
+                                         "prompt plus max_tokens fits beside theirs, else it "
+                                         "waits (never preempted). None: max_batch_size times "
+                                         "the model's context.")
 
 
 @dataclass(eq=False)
@@ -66,6 +72,7 @@ class Request:
     params: SamplingParams
     stop_ids: frozenset[int]
     future: concurrent.futures.Future
+    footprint: int = 0  # KV tokens it may come to hold: prompt + max_tokens, within the context
 
 
 @dataclass(eq=False)
@@ -120,6 +127,11 @@ class HFEngine:
         self.step_lock = threading.Lock()
         self.closing = False
         self.worker: threading.Thread | None = None
+        self.kv_capacity = self.config.kv_budget_tokens or (
+            self.config.max_batch_size * self.max_length)
+        self.kv_reserved = 0  # footprints of the admitted requests
+        self.kv_used = self.kv_peak = 0  # tokens held by active sequences (worker's last step)
+        self.busy_s = 0.0
 
     # ----------------------------------------------------------------- public side
     async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams
@@ -131,8 +143,8 @@ class HFEngine:
                ) -> list[concurrent.futures.Future]:
         """Queue prompts (all or none); each future resolves to its ``Completion``."""
         stops = self.eos_ids if params.stop_token_ids is None else frozenset(params.stop_token_ids)
-        requests = [Request(self.checked(p), params, stops, concurrent.futures.Future())
-                    for p in prompts]
+        requests = [Request(self.checked(p), params, stops, concurrent.futures.Future(),
+                            min(len(p) + params.max_tokens, self.max_length)) for p in prompts]
         with self.wake:
             if self.closing:
                 raise RuntimeError("engine is closed")
@@ -160,6 +172,12 @@ class HFEngine:
 
     def reseed(self, seed: int) -> None:
         self.generator.manual_seed(seed)
+
+    def load(self) -> EngineLoad:
+        """KV capacity and use, queue and busy time, as the worker last left them."""
+        return EngineLoad(kv_capacity_tokens=self.kv_capacity, kv_used_tokens=self.kv_used,
+                          kv_peak_tokens=self.kv_peak, running=self.n_active,
+                          waiting=len(self.queue), busy_s=self.busy_s)
 
     async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         """Load new weights (e.g. after an RL step) and drop all cached keys/values."""
@@ -196,9 +214,8 @@ class HFEngine:
                     self.wake.wait()
                 if self.closing:
                     break
-                room = self.config.max_batch_size - self.n_active
-                admitted = [self.queue.popleft() for _ in range(min(room, len(self.queue)))]
-            admitted = [r for r in admitted if not r.future.cancelled()]
+                admitted = self.admissible()
+            started = time.perf_counter()
             with self.step_lock:
                 try:
                     with torch.inference_mode():
@@ -208,12 +225,33 @@ class HFEngine:
                             self.decode()
                 except Exception as exc:  # fail the affected requests, keep serving
                     self.fail_in_flight(exc, admitted)
+                self.kv_used = sum(len(r.cached) + len(r.pending)
+                                   for r in self.residents[: self.n_active])
+                self.kv_peak = max(self.kv_peak, self.kv_used)
+            self.busy_s += time.perf_counter() - started
+
+    def admissible(self) -> list[Request]:
+        """Take queued requests, in order, while a batch row and their KV footprint are free
+        (one request is always admitted into an idle engine, whatever its footprint)."""
+        admitted = []
+        while self.queue and self.n_active + len(admitted) < self.config.max_batch_size:
+            request = self.queue[0]
+            if request.future.cancelled():
+                self.queue.popleft()
+                continue
+            busy = self.n_active or admitted
+            if busy and self.kv_reserved + request.footprint > self.kv_capacity:
+                break
+            admitted.append(self.queue.popleft())
+            self.kv_reserved += request.footprint
+        return admitted
 
     def fail_in_flight(self, exc: Exception, admitted: list[Request]) -> None:
         in_flight = admitted + [r.request for r in self.residents[: self.n_active] if r.request]
         for request in in_flight:
             resolve(request.future, exception=exc)
         self.drop_caches()
+        self.kv_reserved = 0
 
     # ----------------------------------------------------------------- admission
     def admit(self, requests: list[Request]) -> None:
@@ -418,6 +456,7 @@ class HFEngine:
         Delivering last means a caller woken by the completion sees the engine already settled."""
         request = r.request
         r.request, r.last_used = None, self.clock
+        self.kv_reserved -= request.footprint
         self.swap(self.residents.index(r), self.n_active - 1)
         self.n_active -= 1
         while len(self.residents) - self.n_active > self.config.max_parked:

@@ -4,6 +4,12 @@ The subset of the API that token-in/token-out rollouts use, with vLLM's extensio
 ``OpenAIEngine`` talks to this server, vLLM and SGLang the same way:
 
 * ``GET /v1/models``, ``GET /health``;
+* ``GET /metrics``: the engine's KV capacity and use and its queue under vLLM's metric names
+  (``vllm:cache_config_info`` with ``kv_cache_size_tokens``, ``vllm:kv_cache_usage_perc``,
+  ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
+  ``vllm:num_preemptions_total``), so a fleet reads this server and vLLM alike;
+* ``POST /update_weights_from_disk`` with ``{"model_path": dir}`` (SGLang's route): load the
+  ``*.safetensors`` weights in ``dir`` (a trainer's push between RL steps);
 * ``POST /v1/completions`` with ``prompt`` as text, token ids, or a list of either; ``n``,
   ``max_tokens``, ``temperature``, ``top_p``, ``stop``; vLLM's ``stop_token_ids``,
   ``ignore_eos``, ``return_token_ids`` (adds ``token_ids``/``prompt_token_ids`` to each
@@ -16,12 +22,16 @@ Log-probs follow ``engines.base`` (temperature-scaled distribution).
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
+from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from pydantic import BaseModel, ConfigDict, Field
 
 from rstar2.engines.base import Completion, SamplingParams
@@ -53,6 +63,56 @@ class InvalidRequest(ValueError):
     pass
 
 
+class WeightsRequest(BaseModel):
+    """``POST /update_weights_from_disk`` (SGLang's route and field name)."""
+
+    model_path: str = Field(description="Directory holding the new weights as *.safetensors.")
+
+
+class LoadCollector:
+    """The engine's ``load()`` as vLLM's Prometheus metrics, read at every scrape."""
+
+    def __init__(self, engine: HFEngine, model_name: str):
+        self.engine, self.model_name = engine, model_name
+
+    def collect(self):
+        load = self.engine.load()
+        labels = {"model_name": self.model_name, "engine": "0"}
+
+        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+            family = GaugeMetricFamily(name, doc, labels=list(labels))
+            family.add_metric(list(labels.values()), value)
+            return family
+
+        usage = load.kv_used_tokens / load.kv_capacity_tokens if load.kv_capacity_tokens else 0.0
+        yield gauge("vllm:num_requests_running", "Requests in the decode batch.", load.running)
+        yield gauge("vllm:num_requests_waiting", "Requests waiting to be admitted.", load.waiting)
+        yield gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage)
+        preemptions = CounterMetricFamily("vllm:num_preemptions", "Cumulative preemptions.",
+                                          labels=list(labels))
+        preemptions.add_metric(list(labels.values()), load.preemptions)
+        yield preemptions
+        info = {"block_size": "1", "num_gpu_blocks": str(load.kv_capacity_tokens),
+                "kv_cache_size_tokens": str(load.kv_capacity_tokens), "engine": "0"}
+        cache = GaugeMetricFamily("vllm:cache_config_info", "Information of the KV cache.",
+                                  labels=list(info))
+        cache.add_metric(list(info.values()), 1.0)
+        yield cache
+
+
+def read_weights(folder: Path) -> dict:
+    """Every tensor of the ``*.safetensors`` files in ``folder``."""
+    from safetensors.torch import load_file
+
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise ValueError("no *.safetensors file there")
+    state = {}
+    for file in files:
+        state.update(load_file(str(file)))
+    return state
+
+
 def create_app(engine: HFEngine, model_name: str) -> FastAPI:
     """The HTTP app serving ``engine`` under the name ``model_name``."""
     app = FastAPI(title="rstar2 model server")
@@ -76,6 +136,21 @@ def create_app(engine: HFEngine, model_name: str) -> FastAPI:
     async def models() -> dict:
         return {"object": "list", "data": [{"id": model_name, "object": "model",
                                             "owned_by": "rstar2"}]}
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(LoadCollector(engine, model_name))
+        return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
+
+    @app.post("/update_weights_from_disk")
+    async def update_weights_from_disk(body: WeightsRequest) -> dict:
+        try:
+            state = read_weights(Path(body.model_path))
+            await asyncio.to_thread(engine.update_weights, state)
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise InvalidRequest(f"cannot load weights from {body.model_path}: {exc}") from exc
+        return {"success": True, "message": f"loaded {len(state)} tensors"}
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest) -> dict:

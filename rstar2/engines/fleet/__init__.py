@@ -1,0 +1,16 @@
+"""Rollout at cluster scale: one ``Engine`` over many members, scheduled per trajectory.
+
+* ``policies`` -- the ``Scheduler`` (``static``, ``least_loaded``, ``kv_aware``), plain code the
+  fleet and ``benchmarks/scheduler_sim.py`` both run;
+* ``members`` -- the engines a fleet drives: ``LocalMember`` (in this process), ``HTTPMember``
+  (an OpenAI-compatible server, load read from vLLM's ``/metrics`` names);
+* ``ray_member`` -- ``RayMember``, an engine in a Ray actor, replaced when it dies;
+* ``engine`` -- ``Fleet`` itself. See ``docs/fleet.md``.
+"""
+
+from rstar2.engines.fleet.engine import Fleet, FleetDown
+from rstar2.engines.fleet.members import HTTPMember, LocalMember, Member, MemberDown
+from rstar2.engines.fleet.policies import POLICIES, Scheduler
+
+__all__ = ["POLICIES", "Fleet", "FleetDown", "HTTPMember", "LocalMember", "Member",
+           "MemberDown", "Scheduler"]

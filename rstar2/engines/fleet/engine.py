@@ -1,0 +1,235 @@
+"""``Fleet``: one ``Engine`` over many members, scheduled per trajectory.
+
+    fleet = Fleet([LocalMember(engine_a), HTTPMember("http://node2:8000")], "kv_aware")
+    agent = Agent(fleet, tokenizer, sandbox)     # the trainer and the agent see one engine
+
+How a trajectory is identified across its turns: the agent runs every rollout inside
+``base.run_trajectory(engine, need_tokens, body)``, which enters ``fleet.trajectory(need)``.
+That context submits the trajectory to the ``Scheduler``, waits for its admission, and puts
+its ticket in a context variable, so every ``generate`` the rollout's coroutine makes (one per
+turn) finds its member without any id passing through the agent loop. A ``generate`` outside
+any trajectory (eval, chat) is scheduled as a one-turn trajectory of its own.
+
+A member that dies (``MemberDown``: a closed engine, a refused connection, a dead actor) is
+taken out of the schedule; every trajectory pinned to it raises ``TrajectoryLost`` at its next
+(or current) turn, and ``run_trajectory`` runs it again from its start on whichever member the
+scheduler admits it to, so each rollout still yields exactly one trajectory. A member that can
+be replaced (a Ray actor) is restarted in the background, given the last weights, and
+rejoins the schedule empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from rstar2.engines.base import Completion, EngineLoad, SamplingParams, TrajectoryLost, run_trajectory
+from rstar2.engines.fleet.members import Member, MemberDown
+from rstar2.engines.fleet.policies import PolicyName, Scheduler
+
+
+class FleetDown(RuntimeError):
+    """No member is left to run trajectories on."""
+
+
+@dataclass(eq=False)
+class Ticket:
+    """One trajectory's place in the fleet."""
+
+    key: int
+    need_tokens: int
+    admitted: asyncio.Future
+    member: int | None = None
+    lost: bool = False
+
+
+CURRENT: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar(
+    "rstar2_fleet_trajectory", default=None)
+
+
+class TrajectoryScope:
+    """``async with fleet.trajectory(need):`` -- admission on entry, release on exit."""
+
+    def __init__(self, fleet: Fleet, need_tokens: int):
+        self.fleet, self.need_tokens = fleet, need_tokens
+        self.ticket: Ticket | None = None
+        self.token: contextvars.Token | None = None
+
+    async def __aenter__(self) -> Ticket:
+        self.ticket = await self.fleet.admit(self.need_tokens)
+        self.token = CURRENT.set(self.ticket)
+        return self.ticket
+
+    async def __aexit__(self, *exc_info) -> None:
+        CURRENT.reset(self.token)
+        self.fleet.release(self.ticket)
+
+
+class Fleet:
+    """An ``Engine`` over ``members``; see the module docstring."""
+
+    def __init__(self, members: Sequence[Member], scheduler: PolicyName = "kv_aware",
+                 poll_s: float = 0.25):
+        self.members = list(members)
+        self.policy = scheduler
+        self.poll_s = poll_s
+        self.scheduler: Scheduler | None = None  # built from the members' capacities on first use
+        self.starting = asyncio.Lock()
+        self.tickets: dict[int, Ticket] = {}
+        self.keys = itertools.count()
+        self.poller: asyncio.Task | None = None
+        self.restarts: set[asyncio.Task] = set()
+        self.last_weights: Mapping | None = None
+        self.seed: int | None = None
+        self.reruns = 0  # trajectories run again because their member died
+        self.replaced = 0  # members restarted
+
+    # ----------------------------------------------------------------- the Engine contract
+    async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams
+                       ) -> list[Completion]:
+        ticket = CURRENT.get()
+        if ticket is None:
+            need = sum(len(p) for p in prompts) + params.max_tokens * len(prompts)
+            return await run_trajectory(self, need, lambda: self.generate(prompts, params))
+        if ticket.lost:
+            self.reruns += 1
+            raise TrajectoryLost(f"member {ticket.member} died")
+        try:
+            return await self.members[ticket.member].generate(prompts, params)
+        except MemberDown:
+            self.lose(ticket.member)
+            self.reruns += 1
+            raise TrajectoryLost(f"member {ticket.member} died") from None
+
+    def trajectory(self, need_tokens: int) -> TrajectoryScope:
+        """The scope of one trajectory (see ``base.run_trajectory``)."""
+        return TrajectoryScope(self, need_tokens)
+
+    def update_weights(self, state_dict: Mapping) -> None:
+        """Every live member loads the weights; they are kept for a member that is replaced."""
+        self.last_weights = state_dict
+        for index, member in enumerate(self.members):
+            if self.scheduler is None or self.scheduler.members[index].alive:
+                member.update_weights(state_dict)
+
+    def reseed(self, seed: int) -> None:
+        """Reseed every member, each from (seed, its index), so members draw different streams."""
+        self.seed = seed
+        for index, member in enumerate(self.members):
+            member.reseed(member_seed(seed, index))
+
+    async def loads(self) -> list[EngineLoad | None]:
+        """Each member's own reading of its load (None for a dead one)."""
+        async def read(member: Member) -> EngineLoad | None:
+            try:
+                return await member.load()
+            except MemberDown:
+                return None
+        return list(await asyncio.gather(*(read(m) for m in self.members)))
+
+    async def close(self) -> None:
+        for task in [self.poller, *self.restarts]:
+            if task is not None:
+                task.cancel()
+        for member in self.members:
+            await member.close()
+
+    # ----------------------------------------------------------------- admission
+    async def admit(self, need_tokens: int) -> Ticket:
+        """Submit a trajectory and wait until the scheduler pins it to a member."""
+        async with self.starting:  # the first trajectories all arrive at once
+            if self.scheduler is None:
+                await self.start()
+        ticket = Ticket(next(self.keys), need_tokens, asyncio.get_running_loop().create_future())
+        self.tickets[ticket.key] = ticket
+        self.scheduler.submit(ticket.key, need_tokens)
+        if self.poller is None:
+            self.poller = asyncio.create_task(self.poll())
+        self.dispatch()
+        try:
+            ticket.member = await ticket.admitted
+        except BaseException:
+            self.release(ticket)
+            raise
+        return ticket
+
+    async def start(self) -> None:
+        """Read every member's capacity; a member that does not answer starts out dead."""
+        loads = await self.loads()
+        if all(load is None for load in loads):
+            raise FleetDown("no member of the fleet answers")
+        self.scheduler = Scheduler(self.policy, [load.kv_capacity_tokens if load else 0
+                                                 for load in loads])
+        for index, load in enumerate(loads):
+            if load is None:
+                self.scheduler.lose(index)
+
+    def release(self, ticket: Ticket) -> None:
+        self.tickets.pop(ticket.key, None)
+        self.scheduler.release(ticket.key)
+        self.dispatch()
+
+    def dispatch(self) -> None:
+        """Admit what the policy admits now; with no member left, fail whoever waits."""
+        for key, member in self.scheduler.admit():
+            ticket = self.tickets[key]
+            if not ticket.admitted.done():
+                ticket.admitted.set_result(member)
+        if not any(m.alive for m in self.scheduler.members) and not self.restarts:
+            for key in list(self.scheduler.pending):
+                ticket = self.tickets[key]
+                if not ticket.admitted.done():
+                    ticket.admitted.set_exception(FleetDown("every member of the fleet is down"))
+
+    async def poll(self) -> None:
+        """While trajectories are scheduled, read the members' own KV counters (capacity can
+        change, other clients use shared servers) and admit what they make room for."""
+        while self.tickets:
+            await asyncio.sleep(self.poll_s)
+            for index, load in enumerate(await self.loads()):
+                if not self.scheduler.members[index].alive:
+                    continue
+                if load is None:
+                    self.lose(index)
+                else:
+                    self.scheduler.report(index, load.kv_capacity_tokens, load.kv_used_tokens)
+            self.dispatch()
+        self.poller = None
+
+    # ----------------------------------------------------------------- dead members
+    def lose(self, index: int) -> None:
+        """Take a dead member out, mark its trajectories lost, and try to replace it."""
+        if not self.scheduler.members[index].alive:
+            return
+        for key in self.scheduler.lose(index):
+            self.tickets[key].lost = True
+        task = asyncio.get_running_loop().create_task(self.replace(index))
+        self.restarts.add(task)
+        task.add_done_callback(self.restarts.discard)
+        self.dispatch()
+
+    async def replace(self, index: int) -> None:
+        member = self.members[index]
+        try:
+            if await member.restart():
+                if self.last_weights is not None:
+                    await asyncio.to_thread(member.update_weights, self.last_weights)
+                if self.seed is not None:
+                    member.reseed(member_seed(self.seed, index))
+                load = await member.load()
+                self.scheduler.restore(index, load.kv_capacity_tokens)
+                self.replaced += 1
+        finally:
+            self.restarts.discard(asyncio.current_task())
+            self.dispatch()
+
+
+def member_seed(seed: int, index: int) -> int:
+    """A 63-bit seed for member ``index`` of a fleet seeded ``seed``."""
+    state = np.random.SeedSequence([seed, index]).generate_state(2, np.uint64)[0]
+    return int(state >> np.uint64(1))

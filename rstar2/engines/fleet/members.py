@@ -1,0 +1,176 @@
+"""The engines a fleet drives: in this process, behind HTTP, or in a Ray actor.
+
+Every member offers the same five things: ``generate`` (raising ``MemberDown`` when the failure
+means the member is gone, not that the request was bad), ``load`` (its KV capacity and use,
+requests running and waiting: ``base.EngineLoad``), ``update_weights``, ``reseed`` and
+``restart`` (bring a dead member back, where that is possible: a Ray actor is replaced).
+
+``HTTPMember`` reads its load from ``/metrics`` under vLLM's metric names, so the same class
+drives ``vllm serve`` and ``rstar2 serve-model`` (which serves the same names).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import httpx
+
+from rstar2.engines.base import Completion, Engine, EngineLoad, SamplingParams
+from rstar2.engines.openai import EngineError, OpenAIEngine
+
+
+class MemberDown(RuntimeError):
+    """The member cannot serve any more (closed engine, refused connection, dead actor)."""
+
+
+class Member(Protocol):
+    """One engine of a fleet; see the module docstring."""
+
+    name: str
+
+    async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams
+                       ) -> list[Completion]: ...
+
+    async def load(self) -> EngineLoad: ...
+
+    def update_weights(self, state_dict: Mapping) -> None: ...
+
+    def reseed(self, seed: int) -> None: ...
+
+    async def restart(self) -> bool:
+        """Replace a dead member with a fresh one; False when this kind cannot be replaced."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class LocalMember:
+    """An engine in this process (``HFEngine``); it dies when it is shut down."""
+
+    def __init__(self, engine, name: str = "local"):
+        self.engine = engine
+        self.name = name
+
+    async def generate(self, prompts, params):
+        try:
+            return await self.engine.generate(prompts, params)
+        except RuntimeError as exc:
+            if "closed" in str(exc):
+                raise MemberDown(f"{self.name}: {exc}") from exc
+            raise
+
+    async def load(self) -> EngineLoad:
+        return self.engine.load()
+
+    def update_weights(self, state_dict: Mapping) -> None:
+        self.engine.update_weights(state_dict)
+
+    def reseed(self, seed: int) -> None:
+        self.engine.generator.manual_seed(seed)
+
+    async def restart(self) -> bool:
+        return False
+
+    async def close(self) -> None:
+        await self.engine.close()
+
+
+class HTTPMember:
+    """An OpenAI-compatible server (vLLM, SGLang, ``rstar2 serve-model``); its load comes from
+    ``/metrics``. A refused connection means the member is down; an answered error is the
+    request's own."""
+
+    def __init__(self, base_url: str, model: str | None = None, name: str | None = None,
+                 timeout_s: float = 600.0):
+        self.engine: Engine = OpenAIEngine(base_url, model=model, timeout_s=timeout_s)
+        self.server = self.engine.base_url.removesuffix("/v1")
+        self.name = name or self.server
+        self.http = httpx.AsyncClient(timeout=10.0)
+
+    async def generate(self, prompts, params):
+        try:
+            return await self.engine.generate(prompts, params)
+        except EngineError as exc:
+            if isinstance(exc.__cause__, httpx.TransportError):
+                raise MemberDown(f"{self.name}: {exc}") from exc
+            raise
+
+    async def load(self) -> EngineLoad:
+        try:
+            response = await self.http.get(self.server + "/metrics")
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise MemberDown(f"{self.name}: cannot read /metrics: {exc}") from exc
+        return parse_vllm_metrics(response.text)
+
+    def update_weights(self, state_dict: Mapping) -> None:
+        """Write the weights to a directory this server can read and ask it to load them
+        (SGLang's ``/update_weights_from_disk``, which ``rstar2 serve-model`` also serves)."""
+        if not state_dict:
+            return
+        from safetensors.torch import save_file
+
+        with tempfile.TemporaryDirectory(prefix="rstar2-weights-") as folder:
+            tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in state_dict.items()}
+            save_file(tensors, str(Path(folder) / "model.safetensors"))
+            try:
+                response = httpx.post(self.server + "/update_weights_from_disk",
+                                      json={"model_path": folder}, timeout=600.0)
+            except httpx.TransportError as exc:
+                raise MemberDown(f"{self.name}: {exc}") from exc
+            if response.status_code >= 400:
+                raise EngineError(f"{self.name} refused the weights: {response.text[:300]}")
+
+    def reseed(self, seed: int) -> None:
+        """Servers keep their own randomness."""
+
+    async def restart(self) -> bool:
+        return False
+
+    async def close(self) -> None:
+        await self.engine.close()
+        await self.http.aclose()
+
+
+def parse_vllm_metrics(text: str) -> EngineLoad:
+    """An ``EngineLoad`` from Prometheus text with vLLM's metric names. A data-parallel server
+    reports each engine under its ``engine`` label; their numbers are added up. Each engine's
+    capacity is the ``kv_cache_size_tokens`` label of ``vllm:cache_config_info``, else
+    ``num_gpu_blocks`` x ``block_size``; its use is ``vllm:kv_cache_usage_perc`` (a fraction)
+    of that."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    capacity: dict[str, int] = {}
+    usage: dict[str, float] = {}
+    counts = {"vllm:num_requests_running": 0.0, "vllm:num_requests_waiting": 0.0,
+              "vllm:num_preemptions_total": 0.0}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            engine = sample.labels.get("engine", "0")
+            if sample.name == "vllm:cache_config_info":
+                capacity[engine] = kv_cache_size(sample.labels)
+            elif sample.name == "vllm:kv_cache_usage_perc":
+                usage[engine] = sample.value
+            elif sample.name in counts:
+                counts[sample.name] += sample.value
+    if not any(capacity.values()):
+        raise EngineError("/metrics has no vllm:cache_config_info with the KV cache size")
+    used = sum(round(usage.get(engine, 0.0) * size) for engine, size in capacity.items())
+    return EngineLoad(kv_capacity_tokens=sum(capacity.values()), kv_used_tokens=used,
+                      running=int(counts["vllm:num_requests_running"]),
+                      waiting=int(counts["vllm:num_requests_waiting"]),
+                      preemptions=int(counts["vllm:num_preemptions_total"]))
+
+
+def kv_cache_size(labels: Mapping[str, str]) -> int:
+    """KV tokens of one engine from ``vllm:cache_config_info``'s labels (0 if not given)."""
+    size = labels.get("kv_cache_size_tokens")
+    if size not in (None, "", "None"):
+        return int(float(size))
+    blocks = labels.get("num_gpu_blocks")
+    if blocks in (None, "", "None"):
+        return 0
+    return int(blocks) * int(labels.get("block_size") or 16)

@@ -1,0 +1,109 @@
+"""``RayMember``: an ``HFEngine`` inside a Ray actor (``pip install 'rstar2[ray]'``).
+
+Ray places the actor (on this machine or any node of the cluster ``ray.init`` joined) and
+tells the fleet when it dies: a call on a dead actor raises ``RayActorError``, which the member
+turns into ``MemberDown``. ``restart`` replaces the dead actor with a fresh one built from the
+same settings; the fleet then hands it the last weights it pushed.
+
+The actor is asynchronous (its ``generate`` is a coroutine), so many trajectories' turns run
+in it at once and its engine batches them, as in this process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rstar2.engines.base import Completion, EngineLoad, SamplingParams
+from rstar2.engines.fleet.members import MemberDown
+
+
+class EngineActor:
+    """What runs inside the actor: one ``HFEngine``."""
+
+    def __init__(self, settings: dict, threads: int):
+        import torch
+
+        from rstar2.engines.hf import HFEngine, HFEngineConfig
+
+        torch.set_num_threads(threads)
+        self.engine = HFEngine(HFEngineConfig(**settings))
+
+    async def generate(self, prompts: list[list[int]], params: dict) -> list[dict]:
+        completions = await self.engine.generate(prompts, SamplingParams(**params))
+        return [c.model_dump() for c in completions]
+
+    def load(self) -> dict:
+        return self.engine.load().model_dump()
+
+    def update_weights(self, state_dict: Mapping) -> None:
+        self.engine.update_weights(state_dict)
+
+    def reseed(self, seed: int) -> None:
+        self.engine.generator.manual_seed(seed)
+
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
+
+class RayMember:
+    """A fleet member whose engine lives in a Ray actor; see the module docstring."""
+
+    def __init__(self, settings: Mapping, name: str = "ray", threads: int = 1,
+                 num_cpus: float = 1.0):
+        import ray
+
+        if not ray.is_initialized():
+            raise RuntimeError("RayMember needs a Ray cluster: call ray.init() first")
+        self.settings, self.name, self.threads, self.num_cpus = dict(settings), name, threads, num_cpus
+        self.actor = self.spawn()
+
+    def spawn(self):
+        import ray
+
+        actor_class = ray.remote(EngineActor).options(num_cpus=self.num_cpus, max_concurrency=1024)
+        return actor_class.remote(self.settings, self.threads)
+
+    async def call(self, method: str, *args):
+        import ray
+
+        try:
+            return await getattr(self.actor, method).remote(*args)
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+            raise MemberDown(f"{self.name}: actor died: {exc}") from exc
+
+    async def generate(self, prompts, params: SamplingParams) -> list[Completion]:
+        rows = await self.call("generate", [list(p) for p in prompts], params.model_dump())
+        return [Completion(**row) for row in rows]
+
+    async def load(self) -> EngineLoad:
+        return EngineLoad(**await self.call("load"))
+
+    def update_weights(self, state_dict: Mapping) -> None:
+        import ray
+
+        try:
+            ray.get(self.actor.update_weights.remote(dict(state_dict)))
+        except ray.exceptions.RayActorError as exc:
+            raise MemberDown(f"{self.name}: actor died: {exc}") from exc
+
+    def reseed(self, seed: int) -> None:
+        self.actor.reseed.remote(seed)
+
+    async def pid(self) -> int:
+        return await self.call("pid")
+
+    async def restart(self) -> bool:
+        """Replace the dead actor with a new one and wait until its engine is loaded."""
+        import ray
+
+        ray.kill(self.actor, no_restart=True)
+        self.actor = self.spawn()
+        await self.actor.pid.remote()
+        return True
+
+    async def close(self) -> None:
+        import ray
+
+        ray.kill(self.actor, no_restart=True)
