@@ -6,6 +6,7 @@ for each turn, which trajectory asked and what the fleet had booked on it at tha
 """
 
 import asyncio
+import contextlib
 import socket
 import threading
 import time
@@ -23,9 +24,9 @@ from rstar2.engines.server import create_app
 
 @pytest.fixture(autouse=True)
 def one_thread_per_engine():
-    """Two engine workers share the two cores: one torch thread each, as in a real fleet."""
+    """Two engine workers share the two cores: one torch thread each, as in a real fleet
+    (``engines`` sets it; this puts back what the session had)."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
 
@@ -52,8 +53,10 @@ class RecordingMember(LocalMember):
 
 
 def engines(hf_engine, budget, count=2):
-    return [HFEngine(HFEngineConfig(dtype="float32", kv_budget_tokens=budget, seed=i),
+    made = [HFEngine(HFEngineConfig(dtype="float32", kv_budget_tokens=budget, seed=i),
                      model=hf_engine.model, tokenizer=hf_engine.tokenizer) for i in range(count)]
+    torch.set_num_threads(1)  # each engine sets the pool to every core
+    return made
 
 
 async def one_trajectory(fleet, attempts):
@@ -121,12 +124,11 @@ def test_a_dead_members_trajectories_run_again_on_the_other_and_none_is_lost(hf_
     assert fleet.replaced == 0  # an in-process engine cannot be replaced
 
 
-@pytest.fixture
-def served_pair(hf_engine):
-    """Two serve-model apps on real ports, each with its own engine and KV budget."""
-    pair = engines(hf_engine, budget=3 * NEED)
+@contextlib.contextmanager
+def serve(engines):
+    """Each engine behind its own serve-model app on a real port; yields servers and URLs."""
     servers, urls = [], []
-    for i, engine in enumerate(pair):
+    for i, engine in enumerate(engines):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
@@ -138,11 +140,23 @@ def served_pair(hf_engine):
     deadline = time.monotonic() + 30
     while not all(s.started for s in servers) and time.monotonic() < deadline:
         time.sleep(0.05)
-    yield pair, servers, urls
-    for server in servers:
-        server.should_exit = True
-    for engine in pair:
-        engine.shutdown()
+    try:
+        yield servers, urls
+    finally:
+        for server in servers:
+            server.should_exit = True
+
+
+@pytest.fixture
+def served_pair(hf_engine):
+    """Two serve-model apps, each with its own engine and KV budget."""
+    pair = engines(hf_engine, budget=3 * NEED)
+    try:
+        with serve(pair) as (servers, urls):
+            yield pair, servers, urls
+    finally:
+        for engine in pair:
+            engine.shutdown()
 
 
 def test_serve_model_reports_its_load_under_vllms_metric_names(served_pair):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import itertools
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -31,6 +32,9 @@ import numpy as np
 from rstar2.engines.base import Completion, EngineLoad, SamplingParams, TrajectoryLost, run_trajectory
 from rstar2.engines.fleet.members import Member, MemberDown
 from rstar2.engines.fleet.policies import PolicyName, Scheduler
+
+
+log = logging.getLogger(__name__)
 
 
 class FleetDown(RuntimeError):
@@ -159,7 +163,8 @@ class Fleet:
         return ticket
 
     async def start(self) -> None:
-        """Read every member's capacity; a member that does not answer starts out dead."""
+        """Read every member's capacity; a member that does not answer starts out dead (and is
+        replaced where it can be)."""
         loads = await self.loads()
         if all(load is None for load in loads):
             raise FleetDown("no member of the fleet answers")
@@ -167,7 +172,7 @@ class Fleet:
                                                  for load in loads])
         for index, load in enumerate(loads):
             if load is None:
-                self.scheduler.lose(index)
+                self.lose(index)
 
     def release(self, ticket: Ticket) -> None:
         self.tickets.pop(ticket.key, None)
@@ -224,6 +229,8 @@ class Fleet:
                 load = await member.load()
                 self.scheduler.restore(index, load.kv_capacity_tokens)
                 self.replaced += 1
+        except Exception as exc:  # it stays out; the others carry on
+            log.warning("fleet: could not replace member %s: %s", member.name, exc)
         finally:
             self.restarts.discard(asyncio.current_task())
             self.dispatch()

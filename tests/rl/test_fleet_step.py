@@ -1,0 +1,98 @@
+"""A training step whose rollouts run on a fleet of two real HFEngines: in this process, behind
+`serve-model`'s HTTP app, and with one member dying mid-step.
+
+The step is the trainer's real one (real model, sandbox, verifier); the fleet is not colocated,
+so the trainer pushes its weights to every member before sampling and after the update.
+"""
+
+import asyncio
+import json
+import threading
+
+import pytest
+import torch
+
+from rstar2.data.problems import read_problems
+from rstar2.engines.fleet import Fleet, HTTPMember, LocalMember
+from rstar2.engines.hf import HFEngine, HFEngineConfig
+from rstar2.reward import Grader
+from rstar2.rl.policy import load_policy
+from rstar2.rl.runlog import read_metrics
+from rstar2.rl.trainer import Trainer
+from rstar2.sandbox import SandboxClient
+from tests.engines.test_fleet import serve
+from tests.rl.test_trainer import make_config, rl_data  # noqa: F401  (fixture)
+
+ROLLOUTS = 4  # 1 prompt x 2G, G = 2
+
+
+def member_engines(budget: int) -> list[HFEngine]:
+    """Two engines over one bf16 copy of the weights (each pushed the trainer's weights)."""
+    first = HFEngine(HFEngineConfig(dtype="bfloat16", kv_budget_tokens=budget, seed=1))
+    second = HFEngine(HFEngineConfig(dtype="bfloat16", kv_budget_tokens=budget, seed=2),
+                      model=first.model, tokenizer=first.tokenizer)
+    torch.set_num_threads(1)
+    return [first, second]
+
+
+def one_step(tmp_path, data, sandbox_url, members, policy, tokenizer):
+    config = make_config(tmp_path, data, steps=1, prompts_per_step=1, group_size=2, max_tokens=24)
+    model = load_policy(config.model)
+
+    async def run():
+        fleet = Fleet(members, policy, poll_s=0.05)
+        with Grader(workers=1) as grader:
+            async with SandboxClient([sandbox_url]) as sandbox:
+                trainer = Trainer(config, model, tokenizer, fleet, sandbox, grader,
+                                  read_problems(config.data.train))
+                trainer.restore(resume=False)
+                await trainer.run()
+        return fleet, await fleet.loads()
+
+    fleet, loads = asyncio.run(run())
+    rows = [json.loads(line) for line in (config.run_dir / "rollouts" / "step_1.jsonl").open()]
+    assert len(rows) == ROLLOUTS and len(read_metrics(config.run_dir)) == 1
+    return fleet, loads
+
+
+@pytest.mark.parametrize("policy", ["kv_aware", "least_loaded", "static"])
+def test_a_step_on_two_in_process_engines(tmp_path, rl_data, sandbox_url, policy):  # noqa: F811
+    engines = member_engines(budget=2 * 400)
+    try:
+        fleet, loads = one_step(tmp_path, rl_data, sandbox_url,
+                                [LocalMember(e, f"m{i}") for i, e in enumerate(engines)], policy,
+                                engines[0].tokenizer)
+    finally:
+        for e in engines:
+            e.shutdown()
+    assert all(load.kv_peak_tokens > 0 for load in loads)  # both members sampled
+    assert all(load.kv_peak_tokens <= load.kv_capacity_tokens for load in loads)
+    assert fleet.reruns == 0
+
+
+def test_a_member_dying_mid_step_loses_no_rollout(tmp_path, rl_data, sandbox_url):  # noqa: F811
+    engines = member_engines(budget=4 * 400)
+
+    class Dying(LocalMember):
+        async def generate(self, prompts, params):
+            out = await super().generate(prompts, params)
+            threading.Thread(target=self.engine.shutdown).start()
+            return out
+
+    try:
+        fleet, loads = one_step(tmp_path, rl_data, sandbox_url,
+                                [Dying(engines[0], "dying"), LocalMember(engines[1], "ok")],
+                                "least_loaded", engines[0].tokenizer)
+    finally:
+        for e in engines:
+            e.shutdown()
+    assert fleet.reruns >= 1 and not fleet.scheduler.members[0].alive
+
+
+def test_a_step_on_two_serve_model_servers(tmp_path, rl_data, sandbox_url):  # noqa: F811
+    engines = member_engines(budget=2 * 400)
+    with serve(engines) as (servers, urls):
+        fleet, loads = one_step(tmp_path, rl_data, sandbox_url, [HTTPMember(u) for u in urls],
+                                "kv_aware", engines[0].tokenizer)
+    assert all(e.load().kv_peak_tokens > 0 for e in engines)
+    assert [load.kv_capacity_tokens for load in loads] == [800, 800]
