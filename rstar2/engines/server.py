@@ -22,7 +22,6 @@ Log-probs follow ``engines.base`` (temperature-scaled distribution).
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from pathlib import Path
@@ -147,7 +146,7 @@ def create_app(engine: HFEngine, model_name: str) -> FastAPI:
     async def update_weights_from_disk(body: WeightsRequest) -> dict:
         try:
             state = read_weights(Path(body.model_path))
-            await asyncio.to_thread(engine.update_weights, state)
+            await engine.update_weights(state)
         except (OSError, RuntimeError, ValueError) as exc:
             raise InvalidRequest(f"cannot load weights from {body.model_path}: {exc}") from exc
         return {"success": True, "message": f"loaded {len(state)} tensors"}

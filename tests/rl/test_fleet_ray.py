@@ -15,7 +15,7 @@ from rstar2.engines.fleet import Fleet
 from rstar2.engines.loading import load_tokenizer
 from rstar2.reward import Grader
 from rstar2.rl.policy import load_policy
-from rstar2.rl.trainer import Trainer
+from rstar2.rl.launch import build_trainer
 from rstar2.sandbox import SandboxClient
 from tests.rl.test_trainer import make_config, rl_data  # noqa: F401  (fixture)
 
@@ -73,9 +73,9 @@ def test_a_step_on_two_actors_survives_a_killed_actor(cluster, tmp_path, rl_data
         try:
             with Grader(workers=1) as grader:
                 async with SandboxClient([sandbox_url]) as sandbox:
-                    trainer = Trainer(config, model, tokenizer, fleet, sandbox, grader,
+                    trainer = build_trainer(config, model, tokenizer, fleet, sandbox, grader,
                                       read_problems(config.data.train))
-                    trainer.restore(resume=False)  # pushes the weights to both actors
+                    trainer.restore(resume=False)
                     os.kill(await members[1].pid(), signal.SIGKILL)
                     await trainer.run()
             await wait_replaced(fleet)

@@ -18,7 +18,7 @@ from rstar2.engines.hf import HFEngine, HFEngineConfig
 from rstar2.reward import Grader
 from rstar2.rl.policy import load_policy
 from rstar2.rl.runlog import read_metrics
-from rstar2.rl.trainer import Trainer
+from rstar2.rl.launch import build_trainer
 from rstar2.sandbox import SandboxClient
 from tests.engines.test_fleet import serve
 from tests.rl.test_trainer import make_config, rl_data  # noqa: F401  (fixture)
@@ -43,8 +43,8 @@ def one_step(tmp_path, data, sandbox_url, members, policy, tokenizer):
         fleet = Fleet(members, policy, poll_s=0.05)
         with Grader(workers=1) as grader:
             async with SandboxClient([sandbox_url]) as sandbox:
-                trainer = Trainer(config, model, tokenizer, fleet, sandbox, grader,
-                                  read_problems(config.data.train))
+                trainer = build_trainer(config, model, tokenizer, fleet, sandbox, grader,
+                                        read_problems(config.data.train))
                 trainer.restore(resume=False)
                 await trainer.run()
         return fleet, await fleet.loads()

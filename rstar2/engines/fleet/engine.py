@@ -114,12 +114,23 @@ class Fleet:
         """The scope of one trajectory (see ``base.run_trajectory``)."""
         return TrajectoryScope(self, need_tokens)
 
-    def update_weights(self, state_dict: Mapping) -> None:
-        """Every live member loads the weights; they are kept for a member that is replaced."""
+    def samples_from(self, model: object) -> bool:
+        """Never colocated: every member holds its own copy of the weights."""
+        return False
+
+    async def update_weights(self, state_dict: Mapping) -> None:
+        """Every live member loads the weights, all at once; they are kept (as references, no
+        copy) for a member that is replaced before the next push."""
         self.last_weights = state_dict
-        for index, member in enumerate(self.members):
-            if self.scheduler is None or self.scheduler.members[index].alive:
-                member.update_weights(state_dict)
+        await self.ready()
+        alive = [i for i, books in enumerate(self.scheduler.members) if books.alive]
+        results = await asyncio.gather(*(self.members[i].update_weights(state_dict) for i in alive),
+                                       return_exceptions=True)
+        for index, result in zip(alive, results):
+            if isinstance(result, MemberDown):
+                self.lose(index)  # its replacement gets ``last_weights``
+            elif isinstance(result, BaseException):
+                raise result
 
     def reseed(self, seed: int) -> None:
         """Reseed every member, each from (seed, its index), so members draw different streams."""
@@ -146,9 +157,7 @@ class Fleet:
     # ----------------------------------------------------------------- admission
     async def admit(self, need_tokens: int) -> Ticket:
         """Submit a trajectory and wait until the scheduler pins it to a member."""
-        async with self.starting:  # the first trajectories all arrive at once
-            if self.scheduler is None:
-                await self.start()
+        await self.ready()
         ticket = Ticket(next(self.keys), need_tokens, asyncio.get_running_loop().create_future())
         self.tickets[ticket.key] = ticket
         self.scheduler.submit(ticket.key, need_tokens)
@@ -161,6 +170,11 @@ class Fleet:
             self.release(ticket)
             raise
         return ticket
+
+    async def ready(self) -> None:
+        async with self.starting:  # the first trajectories all arrive at once
+            if self.scheduler is None:
+                await self.start()
 
     async def start(self) -> None:
         """Read every member's capacity; a member that does not answer starts out dead (and is
@@ -223,7 +237,7 @@ class Fleet:
         try:
             if await member.restart():
                 if self.last_weights is not None:
-                    await asyncio.to_thread(member.update_weights, self.last_weights)
+                    await member.update_weights(self.last_weights)
                 if self.seed is not None:
                     member.reseed(member_seed(self.seed, index))
                 load = await member.load()

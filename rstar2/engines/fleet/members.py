@@ -1,6 +1,6 @@
 """The engines a fleet drives: in this process, behind HTTP, or in a Ray actor.
 
-Every member offers the same five things: ``generate`` (raising ``MemberDown`` when the failure
+Every member offers the same things: ``generate`` (raising ``MemberDown`` when the failure
 means the member is gone, not that the request was bad), ``load`` (its KV capacity and use,
 requests running and waiting: ``base.EngineLoad``), ``update_weights``, ``reseed`` and
 ``restart`` (bring a dead member back, where that is possible: a Ray actor is replaced).
@@ -11,6 +11,7 @@ drives ``vllm serve`` and ``rstar2 serve-model`` (which serves the same names).
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -36,7 +37,7 @@ class Member(Protocol):
 
     async def load(self) -> EngineLoad: ...
 
-    def update_weights(self, state_dict: Mapping) -> None: ...
+    async def update_weights(self, state_dict: Mapping) -> None: ...
 
     def reseed(self, seed: int) -> None: ...
 
@@ -65,11 +66,11 @@ class LocalMember:
     async def load(self) -> EngineLoad:
         return self.engine.load()
 
-    def update_weights(self, state_dict: Mapping) -> None:
-        self.engine.update_weights(state_dict)
+    async def update_weights(self, state_dict: Mapping) -> None:
+        await self.engine.update_weights(state_dict)
 
     def reseed(self, seed: int) -> None:
-        self.engine.generator.manual_seed(seed)
+        self.engine.reseed(seed)
 
     async def restart(self) -> bool:
         return False
@@ -106,19 +107,20 @@ class HTTPMember:
             raise MemberDown(f"{self.name}: cannot read /metrics: {exc}") from exc
         return parse_vllm_metrics(response.text)
 
-    def update_weights(self, state_dict: Mapping) -> None:
+    async def update_weights(self, state_dict: Mapping) -> None:
         """Write the weights to a directory this server can read and ask it to load them
-        (SGLang's ``/update_weights_from_disk``, which ``rstar2 serve-model`` also serves)."""
+        (SGLang's ``/update_weights_from_disk``, which ``rstar2 serve-model`` also serves;
+        a vLLM server takes weights through its own weight-transfer routes instead)."""
         if not state_dict:
             return
         from safetensors.torch import save_file
 
         with tempfile.TemporaryDirectory(prefix="rstar2-weights-") as folder:
             tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in state_dict.items()}
-            save_file(tensors, str(Path(folder) / "model.safetensors"))
+            await asyncio.to_thread(save_file, tensors, str(Path(folder) / "model.safetensors"))
             try:
-                response = httpx.post(self.server + "/update_weights_from_disk",
-                                      json={"model_path": folder}, timeout=600.0)
+                response = await self.http.post(self.server + "/update_weights_from_disk",
+                                                json={"model_path": folder}, timeout=600.0)
             except httpx.TransportError as exc:
                 raise MemberDown(f"{self.name}: {exc}") from exc
             if response.status_code >= 400:

@@ -35,11 +35,11 @@ class EngineActor:
     def load(self) -> dict:
         return self.engine.load().model_dump()
 
-    def update_weights(self, state_dict: Mapping) -> None:
-        self.engine.update_weights(state_dict)
+    async def update_weights(self, state_dict: Mapping) -> None:
+        await self.engine.update_weights(state_dict)
 
     def reseed(self, seed: int) -> None:
-        self.engine.generator.manual_seed(seed)
+        self.engine.reseed(seed)
 
     def pid(self) -> int:
         import os
@@ -80,13 +80,8 @@ class RayMember:
     async def load(self) -> EngineLoad:
         return EngineLoad(**await self.call("load"))
 
-    def update_weights(self, state_dict: Mapping) -> None:
-        import ray
-
-        try:
-            ray.get(self.actor.update_weights.remote(dict(state_dict)))
-        except ray.exceptions.RayActorError as exc:
-            raise MemberDown(f"{self.name}: actor died: {exc}") from exc
+    async def update_weights(self, state_dict: Mapping) -> None:
+        await self.call("update_weights", dict(state_dict))
 
     def reseed(self, seed: int) -> None:
         self.actor.reseed.remote(seed)
