@@ -43,7 +43,7 @@ def train(
         return
     try:
         final = run_training(config, resume=resume)
-    except RunExists as error:
+    except (RunExists, ImportError) as error:  # ImportError: the engine's extra is not installed
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from error
     typer.echo(f"done: metrics in {config.run_dir / 'metrics.jsonl'}, trained model in {final}")
