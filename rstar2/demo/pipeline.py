@@ -103,7 +103,7 @@ def run_pipeline(config: RunConfig, run_phases: Callable[[str, Grader, Console],
     with contextlib.ExitStack() as stack:
         url = stack.enter_context(local_sandbox(workers=config.rollout.sandbox_workers,
                                                 timeout_s=config.rollout.tool_timeout_s))
-        grader = stack.enter_context(Grader(workers=1))
+        grader = stack.enter_context(Grader())  # one grading process per core
         summary = asyncio.run(run_phases(url, grader, console))
     summary["wall_time_s"] = time.perf_counter() - started
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -10,12 +10,17 @@ Contract:
   first need.
 - `grade_many` grades one batch on all cores; `is_equivalent` and `score` are the
   one-pair calls, sharing a one-worker pool started on first use and stopped at exit.
+- Streaming: `Grader.submit` (a future) and `await Grader.grade` (asyncio) grade one response
+  without waiting for anyone else's, so a trainer grades each rollout as it ends; all the
+  calls of one `Grader`, from any thread or event loop, share its workers.
 """
 
+import asyncio
 import atexit
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from rstar2.reward.extract import extract_answer
@@ -67,7 +72,9 @@ OnGrade = Callable[[int, Grade], None]
 
 
 class Grader:
-    """Grades batches with up to `workers` deadline-bounded processes (default: all cores)."""
+    """Grades with up to `workers` deadline-bounded processes (default: one per core).
+
+    Thread-safe: concurrent `grade_many`, `submit` and `grade` calls share the workers."""
 
     def __init__(self, *, workers: int | None = None, deadline_s: float = DEFAULT_DEADLINE_S):
         if deadline_s <= 0:
@@ -100,6 +107,33 @@ class Grader:
         pairs = list(pairs)
         preds = [extract_answer(response, require_answer_tag=require_answer_tag) for response, _ in pairs]
         return self.compare_many([(pred, gold) for pred, (_, gold) in zip(preds, pairs)], on_grade)
+
+    def submit(self, response: str, gold: str, *, require_answer_tag: bool = True) -> "Future[Grade]":
+        """Start grading one response; the future holds its `Grade` (it never fails on an answer).
+
+        Extraction and the parser-free verdicts happen here, so their futures are done at once."""
+        return self.submit_answer(extract_answer(response, require_answer_tag=require_answer_tag), gold)
+
+    def submit_answer(self, pred: str | None, gold: str | None) -> "Future[Grade]":
+        """`submit` for an already extracted answer."""
+        graded: Future[Grade] = Future()
+        verdict = verdict_without_parser(pred, gold)
+        if verdict is not None:
+            graded.set_result(Grade(pred=pred, correct=verdict))
+            return graded
+
+        def relay(checked: Future) -> None:
+            if checked.exception() is not None:  # the pool was closed under it
+                graded.set_exception(checked.exception())
+            else:
+                graded.set_result(_grade_from(pred, checked.result()))
+
+        self._started_pool().submit((pred, gold)).add_done_callback(relay)
+        return graded
+
+    async def grade(self, response: str, gold: str, *, require_answer_tag: bool = True) -> Grade:
+        """The `Grade` of one response, awaited without blocking the event loop."""
+        return await asyncio.wrap_future(self.submit(response, gold, require_answer_tag=require_answer_tag))
 
     def compare_many(
         self,

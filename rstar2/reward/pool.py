@@ -1,7 +1,9 @@
 """Worker processes that run one function under a wall-clock deadline, killed when they overrun.
 
 Contract of `DeadlinePool(function_path, workers, deadline_s)`:
-- `map(argument_tuples)` returns one `Outcome` per input, in input order. A call that has not
+- `submit(arguments)` queues one call and returns a future of its `Outcome`; `map(argument_tuples)`
+  returns one `Outcome` per input, in input order. Calls from any number of threads share
+  the workers, first come first served. A call that has not
   returned `deadline_s` after it reached its worker is abandoned: the worker gets SIGKILL, a
   fresh one replaces it, and the outcome says `timed_out`. So no input holds the caller for
   much longer than the deadline, whatever sympy does with it.
@@ -29,6 +31,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, as_completed
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
 from multiprocessing.reduction import recv_handle
@@ -58,18 +61,28 @@ def available_cores() -> int:
 
 
 @dataclass
+class _Task:
+    """One queued call and the future its outcome goes to."""
+
+    arguments: tuple
+    future: Future
+
+
+@dataclass
 class _Worker:
     """One forked worker and the call it is running, if any."""
 
     pid: int
     connection: Connection
-    task: int | None = None
+    task: _Task | None = None
     started: float = 0.0
+    abandoned: bool = False
+    """Its caller gave up on the running call: kill it rather than wait for it."""
 
-    def start_call(self, task: int, arguments: tuple) -> None:
+    def start_call(self, task: _Task) -> None:
         self.task = task
         self.started = time.monotonic()
-        self.connection.send(arguments)
+        self.connection.send(task.arguments)
 
 
 class _Zygote:
@@ -135,7 +148,11 @@ class DeadlinePool:
     `function_path` is `package.module:function`, resolved inside the worker processes only,
     so the caller never imports the function's (possibly heavy) module. `warmup` holds
     argument tuples (JSON-serialisable) the function is called with once, before any call.
-    Safe to share between threads: calls to `map` are serialised.
+
+    Safe to share between threads, and built for it: every caller's calls go into one queue
+    that a dispatcher thread hands to whichever worker is free, so a trainer grading each
+    rollout as it ends (one `submit` or `map` per rollout, from many threads or an event
+    loop) keeps every worker busy instead of waiting for the previous caller's calls.
     """
 
     def __init__(
@@ -152,6 +169,8 @@ class DeadlinePool:
         self.deadline_s = deadline_s
         self._owner_pid = os.getpid()
         self._lock = threading.Lock()
+        self._queue: deque[_Task] = deque()
+        self._closed = False
         self._zygote = _Zygote(function_path, warmup, memory_limit_mb)
         self._workers: list[_Worker] = []
         try:
@@ -159,6 +178,10 @@ class DeadlinePool:
         except RuntimeError:
             self._zygote.close()
             raise
+        self._wake_reader, self._wake_writer = socket.socketpair()
+        self._wake_reader.setblocking(False)
+        self._dispatcher = threading.Thread(target=self._dispatch, name="deadline-pool", daemon=True)
+        self._dispatcher.start()
 
     def __enter__(self) -> "DeadlinePool":
         return self
@@ -172,13 +195,37 @@ class DeadlinePool:
         return [worker.pid for worker in self._workers]
 
     def close(self) -> None:
-        """Stop all workers (idempotent; a no-op in a forked child, which does not own them)."""
+        """Stop all workers (idempotent; a no-op in a forked child, which does not own them).
+
+        Calls still queued or running end with a RuntimeError."""
         if os.getpid() != self._owner_pid or not self._workers:
             return
+        with self._lock:
+            self._closed = True
+        self._wake()
+        self._dispatcher.join()
+        stranded = [task.future for task in self._queue if task.future.set_running_or_notify_cancel()]
         for worker in self._workers:
             worker.connection.close()
-        self._workers = []
+            if worker.task is not None:
+                stranded.append(worker.task.future)
+        for future in stranded:
+            if not future.done():
+                future.set_exception(RuntimeError("the pool was closed"))
+        self._workers, self._queue = [], deque()
         self._zygote.close()
+        self._wake_reader.close()
+        self._wake_writer.close()
+
+    def submit(self, arguments: tuple) -> Future:
+        """Queue one call; its future holds the `Outcome` (it never raises for a bad input)."""
+        task = _Task(arguments, Future())
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the pool is closed")
+            self._queue.append(task)
+        self._wake()
+        return task.future
 
     def map(
         self,
@@ -187,81 +234,117 @@ class DeadlinePool:
     ) -> list[Outcome]:
         """Run the function on every argument tuple in parallel; one outcome per input.
 
-        `on_outcome(index, outcome)` is called as each call finishes (e.g. for a progress bar).
-        If `map` is interrupted (an exception from `on_outcome`, Ctrl-C), the calls still
-        running are killed, so the next `map` starts with idle workers.
+        `on_outcome(index, outcome)` is called, in this thread, as each call finishes (e.g.
+        for a progress bar). If `map` is interrupted (an exception from `on_outcome`,
+        Ctrl-C), its calls still queued are dropped and those running are killed.
         """
+        futures = [self.submit(tuple(arguments)) for arguments in argument_tuples]
+        index = {future: i for i, future in enumerate(futures)}
+        try:
+            for future in as_completed(futures):
+                if on_outcome is not None:
+                    on_outcome(index[future], future.result())
+        except BaseException:
+            self._abandon(futures)
+            raise
+        return [future.result() for future in futures]
+
+    def _abandon(self, futures: list[Future]) -> None:
+        """Drop these calls: cancel the queued ones, kill the workers running the others."""
+        for future in futures:
+            future.cancel()
         with self._lock:
-            if not self._workers:
-                raise RuntimeError("the pool is closed")
-            try:
-                return _Run(self, argument_tuples, on_outcome).until_done()
-            except BaseException:
-                self._kill_busy()
-                raise
+            doomed = set(futures)
+            for worker in self._workers:
+                if worker.task is not None and worker.task.future in doomed:
+                    worker.abandoned = True
+        self._wake()
 
-    def _kill_busy(self) -> None:
-        for worker in [w for w in self._workers if w.task is not None]:
-            self._replace(worker, kill=True)
+    def _wake(self) -> None:
+        try:
+            self._wake_writer.send(b"\0")
+        except (BlockingIOError, OSError):
+            pass  # already woken (buffer full) or closing
 
-    def _replace(self, worker: _Worker, kill: bool) -> int | None:
-        """Swap `worker` for a fresh one; the old one's exit code, if it ended by itself."""
-        exit_code = self._zygote.end(worker, kill=kill)
-        self._workers[self._workers.index(worker)] = self._zygote.spawn()
-        return exit_code
+    def _dispatch(self) -> None:
+        """The dispatcher thread: hand out calls, collect outcomes, kill overruns, until closed.
 
+        If it fails (the zygote died, so no worker can be replaced), the pool closes and every
+        waiting caller gets the error instead of waiting forever."""
+        try:
+            self._dispatch_until_closed()
+        except BaseException as error:  # noqa: BLE001 -- handed to every waiting caller
+            with self._lock:
+                self._closed = True
+                stranded = [t for t in self._queue] + [w.task for w in self._workers if w.task is not None]
+                self._queue.clear()
+            for task in stranded:
+                if not task.future.done():
+                    task.future.set_exception(RuntimeError(f"the grading pool failed: {error}"))
 
-class _Run:
-    """One `map` call: the queue of tasks, their outcomes, and the scheduling loop."""
+    def _dispatch_until_closed(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                self._hand_out_tasks()
+            busy = self._busy()
+            ready = wait([self._wake_reader, *(w.connection for w in busy)], self._time_to_deadline(busy))
+            if self._wake_reader in ready:
+                self._drain_wakes()
+            self._collect([w for w in busy if w.connection in ready])
+            self._kill_overrunning_or_abandoned()
 
-    def __init__(self, pool: DeadlinePool, argument_tuples: Sequence[tuple], on_outcome):
-        self.pool = pool
-        self.arguments = argument_tuples
-        self.on_outcome = on_outcome
-        self.queue = deque(range(len(argument_tuples)))
-        self.outcomes: list[Outcome | None] = [None] * len(argument_tuples)
-
-    def until_done(self) -> list[Outcome]:
-        while self.queue or self._busy():
-            self._hand_out_tasks()
-            ready = wait([worker.connection for worker in self._busy()], self._time_to_deadline())
-            self._collect(ready)
-            self._kill_overrunning()
-        return self.outcomes
+    def _drain_wakes(self) -> None:
+        try:
+            while self._wake_reader.recv(4096):
+                pass
+        except BlockingIOError:
+            pass
 
     def _busy(self) -> list[_Worker]:
-        return [worker for worker in self.pool._workers if worker.task is not None]
+        return [worker for worker in self._workers if worker.task is not None]
 
     def _hand_out_tasks(self) -> None:
-        for worker in self.pool._workers:
-            if worker.task is None and self.queue:
-                task = self.queue.popleft()
-                worker.start_call(task, self.arguments[task])
+        for worker in self._workers:
+            while worker.task is None and self._queue:
+                task = self._queue.popleft()
+                if task.future.set_running_or_notify_cancel():  # False: cancelled while queued
+                    worker.start_call(task)
 
-    def _time_to_deadline(self) -> float:
-        earliest = min(worker.started for worker in self._busy())
-        return max(0.0, earliest + self.pool.deadline_s - time.monotonic())
+    def _time_to_deadline(self, busy: list[_Worker]) -> float | None:
+        if not busy:
+            return None
+        earliest = min(worker.started for worker in busy)
+        return max(0.0, earliest + self.deadline_s - time.monotonic())
 
-    def _collect(self, ready_connections: list) -> None:
-        for worker in [w for w in self._busy() if w.connection in ready_connections]:
+    def _collect(self, ready: list[_Worker]) -> None:
+        for worker in ready:
             try:
                 value, error = worker.connection.recv()
             except EOFError:
-                exit_code = self.pool._replace(worker, kill=False)
+                exit_code = self._replace(worker, kill=False)
                 self._finish(worker, Outcome(error=f"worker died with exit code {exit_code}"))
                 continue
             self._finish(worker, Outcome(value=value, error=error))
 
-    def _kill_overrunning(self) -> None:
+    def _kill_overrunning_or_abandoned(self) -> None:
         now = time.monotonic()
         for worker in self._busy():
-            if now - worker.started >= self.pool.deadline_s:
-                self._finish(worker, Outcome(timed_out=True))
-                self.pool._replace(worker, kill=True)
+            if worker.abandoned or now - worker.started >= self.deadline_s:
+                self._replace(worker, kill=True)  # before the outcome: its caller may look
+                self._finish(worker, Outcome(timed_out=True) if not worker.abandoned
+                             else Outcome(error="abandoned by its caller"))
 
     def _finish(self, worker: _Worker, outcome: Outcome) -> None:
-        task, worker.task = worker.task, None
-        outcome = replace(outcome, seconds=time.monotonic() - worker.started)
-        self.outcomes[task] = outcome
-        if self.on_outcome is not None:
-            self.on_outcome(task, outcome)
+        with self._lock:  # against `_abandon` marking the worker's next call
+            task, worker.task, worker.abandoned = worker.task, None, False
+        if not task.future.done():
+            task.future.set_result(replace(outcome, seconds=time.monotonic() - worker.started))
+
+    def _replace(self, worker: _Worker, kill: bool) -> int | None:
+        """Swap `worker` for a fresh one; the old one's exit code, if it ended by itself."""
+        exit_code = self._zygote.end(worker, kill=kill)
+        with self._lock:
+            self._workers[self._workers.index(worker)] = self._zygote.spawn()
+        return exit_code

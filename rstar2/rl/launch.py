@@ -58,7 +58,7 @@ def train(config: RunConfig, resume: bool = False, console: Console | None = Non
         urls = list(config.rollout.sandbox_urls) or [
             stack.enter_context(local_sandbox(workers=config.rollout.sandbox_workers,
                                               timeout_s=config.rollout.tool_timeout_s))]
-        grader = stack.enter_context(Grader(workers=1))
+        grader = stack.enter_context(Grader())  # one grading process per core
         asyncio.run(run_trainer(config, model, tokenizer, engine, urls, grader, problems, resume, console))
     return save_policy(model, tokenizer, config.run_dir / "final")
 
