@@ -19,6 +19,7 @@ import logging
 import os
 import signal
 import struct
+import time
 from dataclasses import dataclass, field
 
 from rstar2.sandbox.isolation import WORKER_ENV, WorkerLimits, call_uids, worker_command
@@ -51,6 +52,7 @@ class PoolConfig:
 class Job:
     request: dict
     future: asyncio.Future
+    queued_at: float = field(default_factory=time.monotonic)
 
 
 class Worker:
@@ -121,7 +123,7 @@ class WorkerPool:
             Worker(worker_command(self.config.limits, uid, self.config.isolated), self.config.isolated)
             for uid in uids
         ]
-        self.tasks = [asyncio.create_task(self.serve_with(w)) for w in self.workers]
+        self.tasks = [asyncio.create_task(self.serve_with(w, str(i))) for i, w in enumerate(self.workers)]
 
     async def close(self) -> None:
         for task in self.tasks:
@@ -154,8 +156,8 @@ class WorkerPool:
     async def run_many(self, requests: list[RunRequest]) -> list[RunResult]:
         return list(await asyncio.gather(*self.submit_many(requests)))
 
-    async def serve_with(self, worker: Worker) -> None:
-        """Keep one worker alive and feed it jobs, forever."""
+    async def serve_with(self, worker: Worker, name: str) -> None:
+        """Keep one worker alive and feed it jobs, forever; ``name`` labels its metrics."""
         restarts, carried = 0, None
         while True:
             try:
@@ -169,7 +171,7 @@ class WorkerPool:
             self.alive += 1
             self.metrics.workers_alive.set(self.alive)
             try:
-                carried = await self.feed(worker, carried)
+                carried = await self.feed(worker, carried, self.metrics.busy_seconds.labels(name))
             finally:
                 self.alive -= 1
                 self.metrics.workers_alive.set(self.alive)
@@ -177,7 +179,7 @@ class WorkerPool:
             self.metrics.restarts.inc()
             restarts = 0
 
-    async def feed(self, worker: Worker, job: Job | None) -> Job | None:
+    async def feed(self, worker: Worker, job: Job | None, busy_seconds) -> Job | None:
         """Run jobs on a started worker until it dies or wedges.
 
         A worker that dies while idle is noticed at once; a job taken just as it died is
@@ -190,7 +192,14 @@ class WorkerPool:
                 if job is None or death.done():
                     return job
                 if not job.future.done():  # else the caller went away
-                    outcome, healthy = await self.call(worker, job.request)
+                    started = time.monotonic()
+                    self.metrics.queue_wait.observe(started - job.queued_at)
+                    self.metrics.workers_busy.inc()
+                    try:
+                        outcome, healthy = await self.call(worker, job.request)
+                    finally:
+                        self.metrics.workers_busy.dec()
+                        busy_seconds.inc(time.monotonic() - started)
                     self.metrics.observe(outcome)
                     if not job.future.done():
                         job.future.set_result(outcome)

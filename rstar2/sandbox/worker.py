@@ -8,7 +8,9 @@ a child that inherits them, so no call pays interpreter start-up or ``import sym
 Contract of one call, as enforced here:
 
 * fresh process per call, started in a fresh empty directory under the private ``/tmp``
-  that is deleted afterwards; no state survives from one call to the next;
+  that is deleted afterwards; no state survives from one call to the next. The process is
+  forked ahead, once the previous call is cleaned up, and waits for its request: the fork
+  is then off the call's latency path (``fork_standby``);
 * rlimits set before the snippet runs and not raisable by it (hard = soft; the child also
   drops to an unprivileged uid when the worker runs as root): CPU seconds, address space,
   processes, file size, open files, no core dumps;
@@ -44,6 +46,7 @@ import sys
 import tempfile
 import time
 import traceback
+from dataclasses import dataclass
 
 
 def keep_heap_in_huge_pages(size: int = 64 << 20) -> None:
@@ -98,6 +101,7 @@ SNIPPET_FILENAME = "<code>"
 PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD, MADV_HUGEPAGE, HUGE_PAGE = -1, -2, -3, 14, 2 << 20
 EXIT_ERROR = 1
+STDIN_FILE = ".stdin"  # in the private tmp, outside the call's directory
 
 
 def address_space_bytes() -> int:
@@ -201,12 +205,24 @@ def set_limits(cfg: argparse.Namespace, timeout_s: float) -> None:
         resource.setrlimit(which, (value, value))
 
 
-def become_child(cfg, request, call_dir, stdin_path, out_w, err_w, result_w) -> None:
-    """In the forked child: wire fds, drop privileges, set limits, run the snippet, exit."""
+def read_request(request_r: int) -> dict:
+    """The standby child's request: everything the worker writes before closing the pipe."""
+    data = bytearray()
+    while chunk := os.read(request_r, 1 << 20):
+        data += chunk
+    os.close(request_r)
+    return json.loads(data)
+
+
+def become_child(cfg, call_dir, request_r, out_w, err_w, result_w) -> None:
+    """In the forked child: wait for the request, wire fds, drop privileges, set limits, run
+    the snippet, exit. Everything before the request arrives is done while the worker idles."""
     try:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         atexit._clear()  # the worker's exit handlers are not the snippet's
+        request = read_request(request_r)
+        stdin_path = os.path.join(cfg.tmp_root, STDIN_FILE) if request.get("stdin") else os.devnull
         stdin_fd = os.open(stdin_path, os.O_RDONLY)
         os.dup2(stdin_fd, 0)
         os.dup2(out_w, 1)
@@ -395,33 +411,75 @@ def wipe_contents(directory: str, keep: frozenset[str] = frozenset()) -> None:
             os.unlink(entry.path)
 
 
-def run_call(cfg: argparse.Namespace, request: dict) -> tuple[dict, list[int]]:
-    """Run one request in a fresh child; return its outcome and the pipes to close afterwards.
+@dataclass
+class Standby:
+    """A child forked ahead of its call: waiting for the request on ``request_w``."""
 
-    When the child ends by itself the outcome is complete once its pipes are drained, so the
-    kill of leftovers and the wipe of /tmp (``clean_up_after``) can wait until the answer is sent.
-    """
+    pid: int
+    request_w: int
+    pipes: tuple[int, int, int]  # stdout, stderr, final record (read ends)
+
+
+def fork_standby(cfg: argparse.Namespace) -> Standby:
+    """Fork the next call's child now, while the worker is idle, so that the fork (the
+    costliest step of a call) is not on the call's latency path. It gets the fresh empty
+    call directory and its pipes, and runs nothing until the request arrives."""
     call_dir = os.path.join(cfg.tmp_root, "call")
     os.mkdir(call_dir, 0o700)
     if cfg.uid is not None:
         os.chown(call_dir, cfg.uid, cfg.uid)
-    stdin_path = os.devnull
-    if request.get("stdin"):
-        stdin_path = os.path.join(cfg.tmp_root, ".stdin")
-        with open(stdin_path, "w", encoding="utf-8") as f:
-            f.write(request["stdin"])
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     res_r, res_w = os.pipe()
-    started = time.monotonic()
+    req_r, req_w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        become_child(cfg, request, call_dir, stdin_path, out_w, err_w, res_w)
-    for fd in (out_w, err_w, res_w):
+        for fd in (req_w, out_r, err_r, res_r, *cfg.control_fds):  # EOFs must not wait on us
+            os.close(fd)
+        become_child(cfg, call_dir, req_r, out_w, err_w, res_w)
+    for fd in (out_w, err_w, res_w, req_r):
         os.close(fd)
+    return Standby(pid, req_w, (out_r, err_r, res_r))
+
+
+def hand_over(cfg: argparse.Namespace, standby: Standby, request: dict) -> Standby:
+    """Give the request to the standby child (writing its stdin file first); if the child
+    died while waiting (killed from outside), to a fresh one."""
+    if request.get("stdin"):
+        with open(os.path.join(cfg.tmp_root, STDIN_FILE), "w", encoding="utf-8") as f:
+            f.write(request["stdin"])
+    payload = json.dumps(request).encode()
+    try:
+        write_all(standby.request_w, payload)
+    except BrokenPipeError:
+        os.close(standby.request_w)
+        for fd in standby.pipes:
+            os.close(fd)
+        kill_everything_else()
+        shutil.rmtree(os.path.join(cfg.tmp_root, "call"), ignore_errors=True)
+        return hand_over(cfg, fork_standby(cfg), request)
+    os.close(standby.request_w)
+    return standby
+
+
+def write_all(fd: int, payload: bytes) -> None:
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def run_call(cfg: argparse.Namespace, standby: Standby, request: dict) -> tuple[dict, list[int]]:
+    """Run one request in the standby child; return its outcome and the pipes to close afterwards.
+
+    When the child ends by itself the outcome is complete once its pipes are drained, so the
+    kill of leftovers and the wipe of /tmp (``clean_up_after``) can wait until the answer is sent.
+    """
+    started = time.monotonic()
+    standby = hand_over(cfg, standby, request)
+    out_r, err_r, res_r = standby.pipes
     stdout, stderr, result = CappedBuffer(cfg.output_cap), CappedBuffer(cfg.output_cap), bytearray()
     pipes = {out_r: stdout, err_r: stderr, res_r: result}
-    wait_status = supervise(pid, pipes, result, started + request["timeout_s"])
+    wait_status = supervise(standby.pid, pipes, result, started + request["timeout_s"])
     duration = time.monotonic() - started
     finished = finished_record(result)
     if wait_status is None and finished is None:  # deadline: stop the whole tree, collect its output
@@ -492,10 +550,12 @@ def main(argv: list[str]) -> None:
     # The service talks on our stdin/stdout; move them out of the way of the snippets.
     control_in = os.fdopen(os.dup(0), "rb")
     control_out = os.fdopen(os.dup(1), "wb")
+    cfg.control_fds = (control_in.fileno(), control_out.fileno())
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    # A standby child killed from outside must be a BrokenPipeError, not the worker's death.
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     # Same-uid snippets (unprivileged mode) could signal us: interrupts must not stop the worker.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     libc = ctypes.CDLL(None)
@@ -508,11 +568,14 @@ def main(argv: list[str]) -> None:
     warm_up()
     gc.freeze()  # a collection in a call would touch, and so copy, every inherited object
     cfg.warm_bytes = address_space_bytes()
+    standby = fork_standby(cfg)
     write_message(control_out, {"ready": True})
     while (request := read_message(control_in)) is not None:
-        outcome, pipes = run_call(cfg, request)
+        outcome, pipes = run_call(cfg, standby, request)
         write_message(control_out, outcome)
+        del request, outcome  # the next child is forked from this state: nothing of this call in it
         clean_up_after(cfg, pipes)
+        standby = fork_standby(cfg)
 
 
 if __name__ == "__main__":

@@ -30,8 +30,12 @@ HOSTILE = {
 
 
 def settled_descendants(pid: int, expected: int, wait_s: float = 5.0) -> list[int]:
+    """The service's processes once the count is back to ``expected`` (or after ``wait_s``).
+
+    Each worker keeps one child forked ahead for its next call; just after an answer that
+    child may not be forked yet, so the count can be briefly below ``expected`` too."""
     deadline = time.monotonic() + wait_s
-    while (found := descendants(pid)) and len(found) > expected and time.monotonic() < deadline:
+    while (found := descendants(pid)) and len(found) != expected and time.monotonic() < deadline:
         time.sleep(0.05)
     return found
 
