@@ -1,6 +1,6 @@
 """Grading a training step's answers as its rollouts end: one worker, then one per core.
 
-Run (heavy: take the shared lock; a few minutes on 2 cores):
+Run (heavy: take the shared lock):
     flock /work/bench.lock .venv/bin/python benchmarks/grading_step_bench.py
     ... grading_step_bench.py --answers 16384 --end-over-s 20
 

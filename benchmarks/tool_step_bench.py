@@ -1,6 +1,6 @@
 """A training step's burst of real tool calls through SandboxClient, against one or several services.
 
-Run (heavy: take the shared lock; about 3-6 minutes on 2 cores):
+Run (heavy: take the shared lock):
     flock /work/bench.lock .venv/bin/python benchmarks/tool_step_bench.py
     ... tool_step_bench.py --calls 20000 --services 3 --workers 2 --kill-after-s 30
     ... tool_step_bench.py --rollouts runs/<name>/rollouts        (add a run's own tool calls)
