@@ -14,14 +14,20 @@ keep working (``rstar2.rl.config``). Training needs a ``TrainableEngine`` (one t
 weights): ``hf`` or ``vllm``; an ``openai`` server keeps its own weights, so a recipe naming it
 is refused with that reason.
 
+A rollout fleet (``rstar2.engines.fleet``) is built here too (``open_fleet``): its members
+are ``MemberSpec``s -- 'hf' engines in this process or in Ray actors, and 'openai' servers
+(``rstar2 serve-model`` takes weights at ``/update_weights_from_disk``) -- behind one
+scheduler.
+
 This module does not import torch (``rstar2.rl.config`` reads the vocabulary from it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal, get_args
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rstar2.engines.base import Engine, TrainableEngine
 
@@ -99,6 +105,69 @@ def open_trainable_engine(spec: EngineSpec, *, model=None, tokenizer=None) -> Tr
                          f"use one of {', '.join(TRAINABLE_ENGINE_KINDS)}")
     engine, _ = open_engine(spec, model=model, tokenizer=tokenizer)
     return engine
+
+
+class MemberSpec(BaseModel):
+    """One member of a rollout fleet."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["hf", "openai"] = Field(
+        "hf", description="'hf': an HFEngine with its own copy of the weights; 'openai': a "
+        "server at base_url that takes weights at /update_weights_from_disk (rstar2 "
+        "serve-model) and reports its load at /metrics under vLLM's names.")
+    ray: bool = Field(False, description="'hf' only: run the engine in a Ray actor (on the "
+                      "cluster ray.init finds, else a local one); a dead actor is replaced.")
+    base_url: str | None = Field(None, description="'openai': the server's URL.")
+    kv_budget_tokens: int | None = Field(None, ge=1, description="'hf': KV tokens its running "
+                                         "requests may hold (its capacity as the scheduler "
+                                         "sees it); None: max_batch_size x the context.")
+    max_batch_size: int = Field(32, ge=1, description="'hf': sequences decoded together.")
+    threads: int = Field(1, ge=1, description="'hf': torch threads. In-process members share "
+                         "this process's pool, so it is set for the whole process.")
+
+    @model_validator(mode="after")
+    def placed(self) -> MemberSpec:
+        if self.kind == "openai" and not self.base_url:
+            raise ValueError("an 'openai' member needs base_url")
+        if self.kind == "openai" and self.ray:
+            raise ValueError("only 'hf' members run in Ray actors")
+        return self
+
+
+def open_fleet(members: Sequence[MemberSpec], scheduler: str, *, model: str, dtype: str,
+               seed: int, tokenizer) -> TrainableEngine:
+    """A ``Fleet`` over ``members`` (each 'hf' one loading ``model`` in ``dtype``), scheduled
+    by ``scheduler``; the trainer pushes its weights to every member before sampling."""
+    from rstar2.engines.fleet import Fleet, HTTPMember, LocalMember
+
+    built, local_threads = [], None
+    for index, spec in enumerate(members):
+        name = f"member{index}"
+        if spec.kind == "openai":
+            built.append(HTTPMember(spec.base_url, name=name))
+            continue
+        settings = {"model": model, "dtype": dtype, "seed": seed + index,
+                    "max_batch_size": spec.max_batch_size, "kv_budget_tokens": spec.kv_budget_tokens}
+        if spec.ray:
+            import ray
+
+            from rstar2.engines.fleet.ray_member import RayMember
+
+            if not ray.is_initialized():
+                ray.init(include_dashboard=False, log_to_driver=False)
+            built.append(RayMember(settings, name=name, threads=spec.threads,
+                                   num_cpus=spec.threads))
+            continue
+        from rstar2.engines.hf import HFEngine, HFEngineConfig
+
+        built.append(LocalMember(HFEngine(HFEngineConfig(**settings), tokenizer=tokenizer), name))
+        local_threads = spec.threads
+    if local_threads is not None:
+        import torch
+
+        torch.set_num_threads(local_threads)  # after the engines, which set every core
+    return Fleet(built, scheduler)
 
 
 def is_local(model: str) -> bool:

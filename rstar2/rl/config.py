@@ -30,7 +30,8 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from rstar2.cluster.config import ClusterConfig
-from rstar2.engines.factory import ENGINE_KINDS, TRAINABLE_ENGINE_KINDS, EngineKind
+from rstar2.engines.factory import ENGINE_KINDS, TRAINABLE_ENGINE_KINDS, EngineKind, MemberSpec
+from rstar2.engines.fleet.policies import PolicyName
 from rstar2.section import Section
 
 
@@ -122,6 +123,17 @@ class RolloutConfig(Section):
     """Sandbox services to run tool calls on; empty starts a private local one."""
     sandbox_workers: int = Field(2, ge=1)
     """Worker processes of the private local sandbox (unused when ``sandbox_urls`` is set)."""
+    members: tuple[MemberSpec, ...] = ()
+    """Engines of a rollout fleet (``docs/fleet.md``): empty samples from the one engine
+    ``engine`` names; otherwise every rollout runs on one of these members (each with its own
+    copy of the weights, pushed after every update), chosen by ``scheduler``. Each member:
+    ``kind`` ('hf' | 'openai'), ``ray``, ``base_url``, ``kv_budget_tokens``,
+    ``max_batch_size``, ``threads``."""
+    scheduler: PolicyName = "kv_aware"
+    """How a fleet hands out trajectories (pinned to one member for all their turns):
+    'static' (dealt evenly up front), 'least_loaded' (to the member with the fewest in
+    flight), 'kv_aware' (admitted when a member's free KV fits prompt + response budget,
+    refilled as trajectories end; the paper's §3.2)."""
 
     @field_validator("engine", mode="before")
     @classmethod

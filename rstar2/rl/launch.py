@@ -27,7 +27,7 @@ from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.agent.rollout import CodeRunner
 from rstar2.data.problems import Problem, read_problems
 from rstar2.engines.base import TrainableEngine
-from rstar2.engines.factory import EngineSpec, open_trainable_engine
+from rstar2.engines.factory import EngineSpec, open_fleet, open_trainable_engine
 from rstar2.engines.loading import load_tokenizer
 from rstar2.reward import Grader
 from rstar2.rl.checkpoint import latest_checkpoint
@@ -66,8 +66,16 @@ def train(config: RunConfig, resume: bool = False, console: Console | None = Non
 def rollout_engine(config: RunConfig, model, tokenizer) -> TrainableEngine:
     """The engine ``rollout.engine`` names, built by ``rstar2.engines.factory``. 'hf' samples
     from the trainer's model itself, or from its own copy of the weights in
-    ``rollout.engine_dtype`` (filled by the first weight push)."""
+    ``rollout.engine_dtype`` (filled by the first weight push). With ``rollout.members`` it is
+    a fleet over them (``factory.open_fleet``), scheduled by ``rollout.scheduler``."""
     engine_dtype = config.rollout.engine_dtype
+    if config.rollout.members:
+        if config.model.lora is not None:
+            raise ValueError("a fleet's members hold their own weights: rollout.members needs "
+                             "full fine-tuning, not model.lora")
+        return open_fleet(config.rollout.members, config.rollout.scheduler, model=config.model.path,
+                          dtype=engine_dtype or config.model.dtype, seed=config.seed,
+                          tokenizer=tokenizer)
     if engine_dtype is not None and config.model.lora is not None:
         raise ValueError("rollout.engine_dtype needs full fine-tuning: with model.lora the engine "
                          "shares the trainer's model (leave engine_dtype null)")

@@ -18,7 +18,9 @@ from rstar2.engines.hf import HFEngine, HFEngineConfig
 from rstar2.reward import Grader
 from rstar2.rl.policy import load_policy
 from rstar2.rl.runlog import read_metrics
-from rstar2.rl.launch import build_trainer
+from rstar2.engines.loading import load_tokenizer
+from rstar2.rl.config import ConfigError, validate_config
+from rstar2.rl.launch import build_trainer, rollout_engine
 from rstar2.sandbox import SandboxClient
 from tests.engines.test_fleet import serve
 from tests.rl.test_trainer import make_config, rl_data  # noqa: F401  (fixture)
@@ -96,3 +98,29 @@ def test_a_step_on_two_serve_model_servers(tmp_path, rl_data, sandbox_url):  # n
                                 "kv_aware", engines[0].tokenizer)
     assert all(e.load().kv_peak_tokens > 0 for e in engines)
     assert [load.kv_capacity_tokens for load in loads] == [800, 800]
+
+
+def test_a_recipe_with_members_builds_its_fleet_through_the_factory(tmp_path, rl_data):  # noqa: F811
+    config = make_config(tmp_path, rl_data)
+    rollout = config.rollout.model_dump() | {"scheduler": "static", "members": [
+        {"kind": "openai", "base_url": "http://127.0.0.1:9"}, {"kv_budget_tokens": 900}]}
+    config = validate_config(config.model_dump() | {"rollout": rollout})
+    tokenizer = load_tokenizer(config.model.path)
+    fleet = rollout_engine(config, model=None, tokenizer=tokenizer)
+    try:
+        assert isinstance(fleet, Fleet) and fleet.policy == "static"
+        remote, local = fleet.members
+        assert isinstance(remote, HTTPMember) and remote.server == "http://127.0.0.1:9"
+        assert local.engine.load().kv_capacity_tokens == 900 and not fleet.samples_from(None)
+    finally:
+        asyncio.run(fleet.close())
+
+
+@pytest.mark.parametrize("rollout, message", [
+    ({"scheduler": "fastest"}, "rollout.scheduler: must be one of 'static', 'least_loaded', 'kv_aware'"),
+    ({"members": [{"kind": "openai"}]}, "rollout.members.0: an 'openai' member needs base_url"),
+    ({"members": [{"kind": "openai", "base_url": "http://h", "ray": True}]}, "only 'hf' members"),
+])
+def test_bad_fleet_recipes_are_refused_naming_the_field(rollout, message):
+    with pytest.raises(ConfigError, match=message):
+        validate_config({"name": "x", "data": {"train": "a"}, "rl": {"steps": 1}, "rollout": rollout})
