@@ -37,7 +37,7 @@ RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "cpu-demo.yaml"
 
 async def one_step(config, model, tokenizer, engine, url, problems) -> list[float]:
     """Run the step; returns each member's busy seconds during it."""
-    with Grader(workers=1) as grader:
+    with Grader() as grader:  # one grading process per core, as the demo
         async with SandboxClient([url]) as sandbox:
             trainer = build_trainer(config, model, tokenizer, engine, sandbox, grader, problems)
             trainer.restore(resume=False)
