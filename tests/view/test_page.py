@@ -143,3 +143,29 @@ def test_eval_drill_down_and_compare(page, viewer, run_folder):
 
 def subprocess_view(*args):
     return subprocess.run([sys.executable, "-m", "rstar2", "view", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_search_finds_the_text_of_calls_and_outputs(page, viewer, run_folder):
+    open_page(page, viewer, run_folder)
+    page.click("button[data-tab=rollouts]")
+    rows = file_rows(run_folder / "rollouts" / f"step_{STEPS}.jsonl")
+    broken = [i for i, r in enumerate(rows) if any("prnt(" in (c["code"] or "") for c in r["tool_calls"])]
+    assert broken and len(broken) < len(rows)
+    page.fill("#f-search", "PRNT(")
+    page.press("#f-search", "Enter")
+    page.wait_for_function(f"document.querySelectorAll('tr.rollout-row').length === {len(broken)}")
+    shown = page.locator("tr.rollout-row")
+    assert sorted(int(shown.nth(i).get_attribute("data-index")) for i in range(shown.count())) == broken
+
+
+def test_a_long_step_is_drawn_a_page_at_a_time(page, viewer, rollout_pool, view_tokenizer, tmp_path):
+    with Grader(workers=1) as grader:  # one step of 80 logged groups: 240 rollouts
+        write_training_run(tmp_path / "long", rollout_pool, 1, groups_per_step=80, grader=grader,
+                           tokenizer=view_tokenizer, logged_groups=80)
+    total = len(file_rows(tmp_path / "long" / "rollouts" / "step_1.jsonl"))
+    assert total > 200
+    open_page(page, viewer, tmp_path / "long")
+    page.click("button[data-tab=rollouts]")
+    assert page.locator("tr.rollout-row").count() == 200
+    page.click(f"button.more:has-text('more of {total - 200}')")
+    assert page.locator("tr.rollout-row").count() == total
