@@ -43,6 +43,6 @@ pip_install() {  # quiet on success; on failure, pip's own words (minus this mac
 stamp="$VENV/.rstar2-installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "setup: installing rstar2 and its dependencies into $VENV" >&2
-  pip_install -e ".[dev,ray]"  # ray: the fleet's actor members and their tests
+  pip_install -e ".[dev,ray]"  # ray: the fleet's actor members, the distributed learner, their tests
   "$VENV/bin/python" -c "import rstar2, fastapi, transformers, math_verify, playwright, ray" && touch "$stamp"
 fi

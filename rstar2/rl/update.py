@@ -59,24 +59,36 @@ def policy_update(
     model.train()
     optimizer.zero_grad(set_to_none=True)
     for batch in micro_batches(sequences, settings.micro_batch_tokens):
-        ref = recompute_logprobs(reference, batch, settings) if reference is not None else None
-        tensors = collate(batch, settings.pad_id)
-        with autocast(model, settings.compute_dtype):
-            logits = response_logits(model, tensors)
-        logprobs = token_logprobs(logits, tensors.response_ids, settings.temperature)
-        loss, batch_stats = policy_loss(
-            logprobs, tensors.old_logprobs, tensors.advantages, tensors.loss_mask, settings.loss,
-            token_count=token_count, ref_logprobs=ref, entropy=batch_entropy(logits, settings),
-        )
+        loss, batch_stats = micro_batch_loss(model, batch, token_count, settings, reference)
         loss.backward()
         stats = stats + batch_stats
-        del logits, logprobs, loss
+        del loss
     trainable = [p for p in model.parameters() if p.requires_grad]
     grad_norm = torch.nn.utils.clip_grad_norm_(trainable, settings.max_grad_norm)
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     return stats, float(grad_norm)
+
+
+def micro_batch_loss(
+    model: torch.nn.Module,
+    batch: Sequence[TrainSequence],
+    token_count: float,
+    settings: UpdateSettings,
+    reference: torch.nn.Module | None = None,
+) -> tuple[torch.Tensor, LossStats]:
+    """The loss of one micro-batch, already divided by the whole update's ``token_count``
+    (so micro-batch gradients sum to Eq. 6's token mean), and its stats."""
+    ref = recompute_logprobs(reference, batch, settings) if reference is not None else None
+    tensors = collate(batch, settings.pad_id)
+    with autocast(model, settings.compute_dtype):
+        logits = response_logits(model, tensors)
+    logprobs = token_logprobs(logits, tensors.response_ids, settings.temperature)
+    return policy_loss(
+        logprobs, tensors.old_logprobs, tensors.advantages, tensors.loss_mask, settings.loss,
+        token_count=token_count, ref_logprobs=ref, entropy=batch_entropy(logits, settings),
+    )
 
 
 def batch_entropy(logits: torch.Tensor, settings: UpdateSettings) -> torch.Tensor:

@@ -1,0 +1,143 @@
+"""``DistributedLearner``: the ``Learner`` of the trainer's step, with the policy sharded over
+``cluster.learner.ranks`` Ray actors (``rstar2.cluster.rank``), so the step does not change.
+
+    learner = DistributedLearner(config, engine, pad_id)   # needs ray.init() first
+    state = learner.restore(resume=True)
+    stats, grad_norm = learner.learn(sequences)
+    await learner.push_weights()
+    learner.save(step, data_position)
+    learner.export(tokenizer, run_dir / "final")            # a plain model directory
+
+The ranks are placed by a Ray placement group (one bundle per rank: its CPUs and, on a GPU
+cluster, one GPU; packed onto as few nodes as the cluster allows). Every call is sent to all
+ranks at once, as their collectives need. The engine always holds its own copy of the weights,
+so the ranks recompute the old log-probs before updating, exactly as ``LocalLearner`` does for
+such an engine, and the updated weights are identical to the single-process learner's up to
+float summation order.
+
+Checkpoints keep ``rstar2.rl.checkpoint``'s layout and atomicity (a temporary directory renamed
+into ``step_*``, the newest ``keep_last`` kept): the ranks write their DCP shards into it, the
+driver adds its RNG state and ``state.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import ray
+import torch
+
+from rstar2.engines.base import TrainableEngine
+from rstar2.rl.checkpoint import (
+    TEMP_PREFIX,
+    TrainingState,
+    fsync_directory,
+    latest_checkpoint,
+    prune,
+    remove_stale_temporaries,
+    replace_directory,
+    resolve_checkpoint,
+    rng_state,
+    set_rng_state,
+    step_dir_name,
+    write_durably,
+)
+from rstar2.rl.config import RunConfig
+from rstar2.rl.loss import LossStats
+
+
+class DistributedLearner:
+    """See the module docstring."""
+
+    def __init__(self, config: RunConfig, engine: TrainableEngine, pad_id: int):
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from rstar2.cluster.rank import LearnerRank
+
+        self.config, self.engine = config, engine
+        self.checkpoints = config.run_dir / "checkpoints"
+        learner = config.cluster.learner
+        gpus = 1 if config.cluster.gpus_per_node else 0
+        bundle = {"CPU": learner.cpus_per_rank, **({"GPU": gpus} if gpus else {})}
+        self.group = placement_group([bundle] * learner.ranks, strategy="PACK")
+        ray.get(self.group.ready())
+        tree = config.model_dump(mode="json")
+        self.ranks = [
+            ray.remote(LearnerRank).options(
+                num_cpus=learner.cpus_per_rank, num_gpus=gpus,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, i),
+            ).remote(tree, i, learner.ranks, pad_id, learner.cpus_per_rank)
+            for i in range(learner.ranks)]
+        address, port = ray.get(self.ranks[0].endpoint.remote())
+        self.on_all("join", address, port)
+
+    def on_all(self, method: str, *args) -> list[Any]:
+        """Call ``method`` on every rank at once (a collective) and wait for all."""
+        return ray.get([getattr(rank, method).remote(*args) for rank in self.ranks])
+
+    def restore(self, resume: bool) -> TrainingState | None:
+        if self.config.rl.loss.kl_coef > 0:
+            raise ValueError("cluster: the distributed learner has no KL reference yet; "
+                             "set rl.loss.kl_coef to 0 (the paper's value)")
+        latest = latest_checkpoint(self.checkpoints) if resume else None
+        if latest is not None:
+            self.on_all("load", str(latest))
+            set_rng_state(torch.load(latest / "rng.pt", weights_only=True))
+            saved = json.loads((latest / "state.json").read_text())
+            return TrainingState(step=saved["step"], data_position=saved["data_position"])
+        init = self.config.rl.init
+        if init.checkpoint is not None and (resolve_checkpoint(init.checkpoint) / "sharded").is_dir():
+            self.on_all("load", str(resolve_checkpoint(init.checkpoint)), not init.reset_optimizer)
+        return None
+
+    def learning_rate(self) -> float:
+        return ray.get(self.ranks[0].learning_rate.remote())
+
+    def learn(self, sequences) -> tuple[LossStats | None, float | None]:
+        if not sequences:
+            return None, None
+        sequences_ref = ray.put(list(sequences))
+        return self.on_all("learn", sequences_ref)[0]
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The whole policy, gathered from the shards (rank 0's answer)."""
+        return self.on_all("full_state_dict")[0]
+
+    async def push_weights(self) -> None:
+        await self.engine.update_weights(self.full_state_dict())
+
+    def save(self, step: int, data_position: dict[str, Any]) -> Path:
+        """An atomic checkpoint of ``step``: shards from the ranks, RNG and position from here."""
+        self.checkpoints.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(self.checkpoints)
+        final = self.checkpoints / step_dir_name(step)
+        temp = self.checkpoints / f"{TEMP_PREFIX}{final.name}-{os.getpid()}"
+        temp.mkdir()
+        self.on_all("save", str(temp))
+        write_durably(temp / "rng.pt", rng_state())
+        write_durably(temp / "state.json", {"step": step, "data_position": data_position})
+        fsync_directory(temp)
+        replace_directory(temp, final)
+        fsync_directory(self.checkpoints)
+        prune(self.checkpoints, step, self.config.checkpoint.keep_last)
+        return final
+
+    def export(self, tokenizer, target: Path) -> Path:
+        """The trained policy as a plain transformers directory (``rstar2 chat --model``)."""
+        from rstar2.rl.policy import load_policy, save_policy
+
+        model = load_policy(self.config.model.model_copy(update={"gradient_checkpointing": False}))
+        model.load_state_dict(self.full_state_dict())
+        return save_policy(model, tokenizer, target)
+
+    def close(self) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        self.on_all("close")
+        for rank in self.ranks:
+            ray.kill(rank)
+        remove_placement_group(self.group)

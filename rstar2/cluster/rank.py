@@ -1,0 +1,135 @@
+"""One rank of the distributed learner: a process (a Ray actor) holding its FSDP2 shard of the
+policy, of the gradients and of AdamW's moments.
+
+    rank = LearnerRank(config_tree, rank=0, world=2)
+    address, port = rank.endpoint()            # rank 0 only: where the others connect
+    rank.join(address, port)                   # every rank, at once
+    rank.learn(sequences)                      # every rank, the same sequences
+    rank.full_state_dict()                     # rank 0 gets the whole policy, the others {}
+
+All methods that touch the policy are collectives: the driver (``DistributedLearner``) calls
+each on every rank at once. Checkpoints are torch.distributed.checkpoint (DCP) directories,
+written by all ranks in parallel into the directory the driver prepared (which must be on
+storage every node sees); rank 0 adds the schedule's position.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from rstar2.cluster.fsdp import shard_policy, sharded_logprobs, sharded_update
+from rstar2.rl.batch import TrainSequence
+from rstar2.rl.checkpoint import load_checkpoint, read, resolve_checkpoint, write_durably
+from rstar2.rl.config import validate_config
+from rstar2.rl.loss import LossStats
+from rstar2.rl.optim import build_optimizer, build_scheduler
+from rstar2.rl.policy import load_policy
+from rstar2.rl.update import UpdateSettings
+
+SHARDED_DIR = "sharded"
+
+
+class LearnerRank:
+    """See the module docstring; ``config_tree`` is ``RunConfig.model_dump()``."""
+
+    def __init__(self, config_tree: dict, rank: int, world: int, pad_id: int, threads: int = 1):
+        torch.set_num_threads(threads)
+        self.config = validate_config(config_tree)
+        self.rank, self.world = rank, world
+        self.settings = UpdateSettings(
+            loss=self.config.rl.loss, temperature=self.config.rollout.temperature,
+            micro_batch_tokens=self.config.rl.micro_batch_tokens,
+            max_grad_norm=self.config.rl.optimizer.max_grad_norm, pad_id=pad_id,
+            compute_dtype=self.config.model.compute_dtype)
+        backend = self.config.cluster.learner.backend
+        if backend == "auto":
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+        self.backend = backend
+        self.device = "cuda" if backend == "nccl" else "cpu"
+
+    def endpoint(self) -> tuple[str, int]:
+        """This node's address and a free port for the process group's rendezvous."""
+        with socket.socket() as probe:
+            probe.bind(("", 0))
+            port = probe.getsockname()[1]
+        return socket.gethostbyname(socket.gethostname()), port
+
+    def join(self, address: str, port: int) -> None:
+        """Join the process group, load the policy and shard it; build AdamW over the shards."""
+        from torch.distributed.device_mesh import init_device_mesh
+
+        dist.init_process_group(self.backend, init_method=f"tcp://{address}:{port}",
+                                rank=self.rank, world_size=self.world)
+        self.mesh = init_device_mesh(self.device, (self.world,))
+        self.model = load_policy(self.config.model).to(self.device)
+        init = self.config.rl.init
+        start = resolve_checkpoint(init.checkpoint) if init.checkpoint is not None else None
+        if start is not None and not (start / SHARDED_DIR).is_dir():  # a single-process one
+            load_checkpoint(start, self.model, restore_rng=False)
+        shard_policy(self.model, self.mesh, self.config.model.compute_dtype)
+        self.optimizer = build_optimizer(self.model.parameters(), self.config.rl.optimizer)
+        self.scheduler = build_scheduler(self.optimizer, self.config.rl.optimizer)
+
+    def learning_rate(self) -> float:
+        return self.scheduler.get_last_lr()[0]
+
+    def learn(self, sequences: list[TrainSequence]) -> tuple[LossStats, float]:
+        """As ``LocalLearner.learn`` with an engine holding its own copy: old log-probs under
+        the current weights, then ``updates_per_step`` sharded updates."""
+        sequences = sharded_logprobs(self.model, sequences, self.settings, self.mesh)
+        stats, norms = None, []
+        for part in np.array_split(np.arange(len(sequences)), self.config.rl.updates_per_step):
+            if len(part) == 0:
+                continue
+            part_stats, norm = sharded_update(self.model, self.optimizer, self.scheduler,
+                                              [sequences[i] for i in part], self.settings, self.mesh)
+            stats = part_stats if stats is None else stats + part_stats
+            norms.append(norm)
+        return stats, float(np.mean(norms))
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The whole policy on rank 0 (CPU tensors, transformers names); {} on the others."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return get_model_state_dict(self.model, options=options)
+
+    def save(self, directory: str) -> None:
+        """This rank's shards into ``directory/sharded`` (DCP); rank 0 adds the schedule."""
+        import torch.distributed.checkpoint as dcp
+
+        dcp.save(self.sharded_state(), checkpoint_id=str(Path(directory) / SHARDED_DIR))
+        if self.rank == 0:
+            write_durably(Path(directory) / "scheduler.pt", self.scheduler.state_dict())
+
+    def load(self, directory: str, optimizer: bool = True) -> None:
+        """Restore the shards (and AdamW and the schedule unless ``optimizer`` is False)."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
+
+        state = self.sharded_state()
+        if not optimizer:
+            state.pop("optimizer")
+        dcp.load(state, checkpoint_id=str(Path(directory) / SHARDED_DIR))
+        if not optimizer:
+            set_model_state_dict(self.model, state["model"])
+            return
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state["optimizer"])
+        self.scheduler.load_state_dict(read(Path(directory) / "scheduler.pt"))
+
+    def sharded_state(self) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
+        return {"model": model_state, "optimizer": optimizer_state}
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
