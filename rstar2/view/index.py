@@ -92,10 +92,10 @@ class LineIndex:
         try:
             value = json.loads(line)
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            self.summaries.append({"error": f"{self.path}: record {number} is not valid JSON ({error})"})
+            self.summaries.append({"error": f"{self.path} record {number}: not valid JSON ({error})"})
             return
         if not isinstance(value, dict):
-            self.summaries.append({"error": f"{self.path}: record {number} is not a JSON object"})
+            self.summaries.append({"error": f"{self.path} record {number}: not a JSON object"})
             return
         self.summaries.append(self.summarize(value))
 
@@ -110,9 +110,9 @@ class LineIndex:
         try:
             value = json.loads(line)
         except json.JSONDecodeError as error:
-            raise ValueError(f"{self.path}: record {i + 1} is not valid JSON ({error})") from error
+            raise ValueError(f"{self.path} record {i + 1}: not valid JSON ({error})") from error
         if not isinstance(value, dict):
-            raise ValueError(f"{self.path}: record {i + 1} is not a JSON object")
+            raise ValueError(f"{self.path} record {i + 1}: not a JSON object")
         return value
 
     def load_cache(self) -> None:

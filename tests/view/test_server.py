@@ -79,7 +79,7 @@ def test_index_reads_appended_lines_skips_a_partial_tail_and_survives_a_rewrite(
     write(data, ': 3}\nnot json\n')
     index.refresh()
     assert index.count == 4 and not index.partial_tail
-    assert index.row(2) == {"step": 3, "x": 3} and "record 4 is not valid JSON" in index.summaries[3]["error"]
+    assert index.row(2) == {"step": 3, "x": 3} and "record 4: not valid JSON" in index.summaries[3]["error"]
     reopened = LineIndex(data, cache, dict)  # from the cache: the file is not read again
     assert reopened.offsets == index.offsets and reopened.row(1) == {"step": 2, "x": 2}
     write(data, '{"step": 1, "x": 10}\n', "w")  # rewritten shorter (a resumed run trims the file)

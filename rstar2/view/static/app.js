@@ -21,11 +21,14 @@ async function api(url) {
   }
 }
 
-// One line per problem on top of the page; the same message is shown once.
+// One line per problem on top of the page. Messages start with what they are about (a file,
+// a folder); a newer message about the same thing replaces the older one.
 function say(text, kind = "warn") {
   const box = $("messages");
-  if ([...box.children].some(c => c.textContent === text)) return;
-  box.append(el("div", { class: `msg ${kind}` }, text));
+  const about = text.split(": ")[0];
+  const old = [...box.children].find(c => c.dataset.about === about);
+  const line = el("div", { class: `msg ${kind}`, "data-about": about }, text);
+  if (old) old.replaceWith(line); else box.append(line);
 }
 function check(answer) {
   if (answer && answer.error) { say(answer.error, "error"); return null; }
@@ -292,6 +295,8 @@ async function refresh() {
     renderStepSelect();
     if ($("ro-step").value !== before) await loadStep();
   }
+  if (!$("tab-eval").classList.contains("hidden")) await loadEval();  // an eval still writing its samples
+  if (!$("tab-timeline").classList.contains("hidden")) renderTimeline();
   $("live").textContent = EMBEDDED ? "exported snapshot" : `live · updated ${new Date().toLocaleTimeString()}`;
 }
 
