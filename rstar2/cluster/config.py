@@ -72,10 +72,12 @@ class ClusterConfig(Section):
     """The policy's architecture for the memory plan: a name from
     ``rstar2.cluster.architectures.KNOWN`` (e.g. 'qwen3-14b'), or null to read
     ``model.path``'s config.json (nothing is downloaded)."""
-    weight_sync: Literal["auto", "broadcast", "vllm", "disk"] = "auto"
-    """How new weights reach the members: 'broadcast' (bucketed, from learner rank 0 over a
-    process group), 'vllm' (vLLM's weight-update API), 'disk' (a checkpoint members reload);
-    'auto' picks 'vllm' for vLLM engines and 'broadcast' otherwise."""
+    weight_sync: Literal["auto", "broadcast", "gather"] = "auto"
+    """How new weights reach the engines (``rstar2.cluster.weight_sync``): 'broadcast',
+    bucketed from learner rank 0 to the Ray actor members over their own process group;
+    'gather', rank 0's full state dict through the driver to the engine's ``update_weights``
+    (vLLM's ``collective_rpc``, servers' reload from disk); 'auto' broadcasts to members the
+    cluster builds and gathers otherwise."""
     learner: LearnerPlacement = LearnerPlacement()
     """The FSDP2 learner."""
     engines: EnginePlacement = EnginePlacement()

@@ -30,6 +30,8 @@ from typing import Any
 import ray
 import torch
 
+from rstar2.cluster.plan import weight_sync_method
+from rstar2.cluster.weight_sync import WeightSync, open_weight_sync
 from rstar2.engines.base import TrainableEngine
 from rstar2.rl.checkpoint import (
     TEMP_PREFIX,
@@ -59,6 +61,8 @@ class DistributedLearner:
         from rstar2.cluster.rank import LearnerRank
 
         self.config, self.engine = config, engine
+        self.sync: WeightSync | None = None
+        self.sync_seconds: list[float] = []
         self.checkpoints = config.run_dir / "checkpoints"
         learner = config.cluster.learner
         gpus = 1 if config.cluster.gpus_per_node else 0
@@ -108,7 +112,11 @@ class DistributedLearner:
         return self.on_all("full_state_dict")[0]
 
     async def push_weights(self) -> None:
-        await self.engine.update_weights(self.full_state_dict())
+        """Through the weight sync the placement chose (``rstar2.cluster.weight_sync``), opened
+        at the first push, when the engine's members are up."""
+        if self.sync is None:
+            self.sync = open_weight_sync(weight_sync_method(self.config), self, self.engine)
+        self.sync_seconds.append(await self.sync.push())
 
     def save(self, step: int, data_position: dict[str, Any]) -> Path:
         """An atomic checkpoint of ``step``: shards from the ranks, RNG and position from here."""

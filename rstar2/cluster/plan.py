@@ -65,11 +65,12 @@ class Plan:
 
 
 def weight_sync_method(config: RunConfig) -> str:
-    """The sync ``cluster.weight_sync`` names; 'auto' is vLLM's API for vLLM engines, else the
-    bucketed broadcast."""
+    """The sync ``cluster.weight_sync`` names; 'auto' broadcasts to the Ray actor members the
+    cluster builds, and gathers through the driver for any other engine (vLLM, servers)."""
     chosen = config.cluster.weight_sync
     if chosen == "auto":
-        return "vllm" if config.rollout.engine == "vllm" else "broadcast"
+        built_here = not config.rollout.members and config.rollout.engine == "hf"
+        return "broadcast" if built_here else "gather"
     return chosen
 
 

@@ -100,6 +100,27 @@ class LearnerRank:
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         return get_model_state_dict(self.model, options=options)
 
+    def join_weight_group(self, address: str, port: int, size: int) -> None:
+        """Rank 0: open the weight-sync group with the engine members (``weight_sync``)."""
+        from rstar2.cluster.weight_sync import open_group
+
+        self.weight_group = open_group(address, port, 0, size)
+
+    def weight_manifest(self) -> list:
+        """Rank 0: names, shapes and dtypes of the full state dict, in the order it is sent."""
+        from rstar2.cluster.weight_sync import manifest_of
+
+        return manifest_of({name: torch.empty(tuple(p.shape), dtype=p.dtype, device="meta")
+                            for name, p in self.model.state_dict().items()})
+
+    def broadcast_weights(self, bucket_bytes: int) -> None:
+        """Every rank (the gather is a collective); rank 0 then sends to the weight group."""
+        from rstar2.cluster.weight_sync import send
+
+        state = self.full_state_dict()
+        if self.rank == 0:
+            send(self.weight_group, state, bucket_bytes)
+
     def save(self, directory: str) -> None:
         """This rank's shards into ``directory/sharded`` (DCP); rank 0 adds the schedule."""
         import torch.distributed.checkpoint as dcp

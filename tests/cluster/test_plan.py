@@ -26,7 +26,7 @@ def test_paper_recipes_fit_eight_nodes_of_eight_gpus(recipe):
     assert placed_members == list(range(cluster.engines.members))
     assert all(node.free_gpus >= 0 and node.free_cpus >= 0 for node in plan.nodes)
     assert sum(plan.learner_bytes.values()) < cluster.gpu_memory_gib * GIB
-    assert plan.in_flight_per_member >= 1 and plan.weight_sync == "vllm"
+    assert plan.in_flight_per_member >= 1 and plan.weight_sync == "gather"
 
 
 def test_cli_prints_the_plan_and_refuses_in_one_line():

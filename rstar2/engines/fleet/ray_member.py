@@ -46,6 +46,24 @@ class EngineActor:
 
         return os.getpid()
 
+    def join_weight_group(self, address: str, port: int, rank: int, size: int) -> None:
+        """Join the group learner rank 0 broadcasts weights in (``rstar2.cluster.weight_sync``)."""
+        from rstar2.cluster.weight_sync import open_group
+
+        self.weight_group = open_group(address, port, rank, size)
+
+    async def receive_weights(self, manifest: list, bucket_bytes: int) -> None:
+        """Take one broadcast of the weights from learner rank 0 and load it."""
+        from rstar2.cluster.weight_sync import receive
+
+        await self.engine.update_weights(receive(self.weight_group, manifest, bucket_bytes))
+
+    def weights_checksum(self) -> str:
+        """sha256 of this engine's weights, to check a sync bitwise."""
+        from rstar2.cluster.weight_sync import checksum
+
+        return checksum(self.engine.model.state_dict())
+
 
 class RayMember:
     """A fleet member whose engine lives in a Ray actor; see the module docstring."""

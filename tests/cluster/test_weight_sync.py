@@ -1,0 +1,74 @@
+"""Weight sync from the FSDP2 learner (2 gloo ranks) to a fleet of 2 Ray actor members, on the
+real default model: after a broadcast every member's weights equal the learner's bitwise (by
+checksum); after an update without a sync they differ, and the members' sampled log-probs move
+away from the learner's, until the next sync brings them back to ~0."""
+
+import asyncio
+
+import torch
+
+from rstar2.cluster.learner import DistributedLearner
+from rstar2.cluster.weight_sync import BroadcastSync, buckets, checksum, manifest_of
+from rstar2.engines.base import SamplingParams
+from rstar2.engines.factory import MemberSpec, open_fleet
+from rstar2.engines.loading import load_model
+from rstar2.rl.update import UpdateSettings, recompute_logprobs
+from tests.cluster.test_fsdp_learner import batch, config  # noqa: F401
+
+
+def test_buckets_split_by_size_and_dtype():
+    state = {"a": torch.zeros(10), "b": torch.zeros(10), "c": torch.zeros(3, dtype=torch.bfloat16),
+             "d": torch.zeros(30), "e": torch.zeros(2)}
+    groups = buckets(manifest_of(state), bucket_bytes=80)
+    names = [[list(state)[i] for i in group] for group in groups]
+    assert sorted(n for group in names for n in group) == sorted(state)
+    assert ["a", "b"] in names and ["d"] in names and ["c"] in names  # d alone: over a bucket
+    assert all(len({state[n].dtype for n in group}) == 1 for group in names)
+
+
+def member_checksums(fleet):
+    import ray
+
+    return ray.get([member.actor.weights_checksum.remote() for member in fleet.members])
+
+
+def logprob_gap(fleet, learner, tokenizer, config):
+    """Mean |engine log-prob - learner log-prob| over greedy tokens of one prompt."""
+    prompt = tokenizer.encode("Compute 12 * 7 and explain.")
+    params = SamplingParams(temperature=1.0, max_tokens=12)
+    (completion,) = asyncio.run(fleet.members[0].generate([prompt], params))
+    model = load_model("default", dtype="float32")
+    model.load_state_dict(learner.full_state_dict())
+    from rstar2.rl.batch import TrainSequence
+
+    sequence = TrainSequence(prompt, completion.token_ids, [1] * len(completion.token_ids),
+                             completion.logprobs, 0.0)
+    settings = UpdateSettings(loss=config.rl.loss, temperature=1.0, micro_batch_tokens=4096,
+                              max_grad_norm=1.0, pad_id=tokenizer.pad_token_id)
+    mine = recompute_logprobs(model, [sequence], settings)[0, -len(completion.logprobs):]
+    return (mine - torch.tensor(completion.logprobs)).abs().mean().item()
+
+
+def test_broadcast_sync_makes_members_equal_the_learner(config, tokenizer, local_ray):  # noqa: F811
+    config = config.model_copy(update={"rl": config.rl.model_copy(update={"optimizer": config.rl.optimizer.model_copy(update={"lr": 1e-3})})})
+    fleet = open_fleet([MemberSpec(ray=True, max_batch_size=2)] * 2, "static", model="default",
+                       dtype="float32", seed=0, tokenizer=tokenizer)
+    learner = DistributedLearner(config, fleet, pad_id=tokenizer.pad_token_id)
+    try:
+        asyncio.run(learner.push_weights())
+        assert isinstance(learner.sync, BroadcastSync)
+        expected = checksum(learner.full_state_dict())
+        assert member_checksums(fleet) == [expected, expected]
+        synced_gap = logprob_gap(fleet, learner, tokenizer, config)
+        learner.learn(batch(tokenizer))  # no sync: the members keep the old weights
+        moved = checksum(learner.full_state_dict())
+        assert moved != expected and member_checksums(fleet) == [expected, expected]
+        stale_gap = logprob_gap(fleet, learner, tokenizer, config)
+        asyncio.run(learner.push_weights())
+        assert member_checksums(fleet) == [moved, moved]
+        again_gap = logprob_gap(fleet, learner, tokenizer, config)
+    finally:
+        learner.close()
+        asyncio.run(fleet.close())
+    assert synced_gap < 1e-4 and again_gap < 1e-4
+    assert stale_gap > 100 * max(synced_gap, again_gap, 1e-6)
