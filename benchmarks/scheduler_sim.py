@@ -9,15 +9,16 @@ its running sequences one token per step, a step taking ``step_base_s + step_per
 step_per_kv_token_s * kv`` (memory-bound decoding: a batch costs little more than one
 sequence); admitting a turn first prefills its new tokens at ``prefill_per_token_s``. An
 engine admits a turn while its context fits in free KV; when decoding fills the KV it evicts
-half of its running requests (SGLang's overflow behaviour, paper §3.2), which wait and later
-recompute their whole context (counted as recomputed tokens). A finished turn's prefix stays
+half of its running requests (SGLang's overflow behaviour, paper §3.2), which wait until a
+running turn ends and then recompute their whole context (counted as recomputed tokens). A finished turn's prefix stays
 cached for the trajectory's next turn.
 
 Trajectories: a prompt of ``prompt_tokens``; a response length drawn from a log-normal
 (``median_response_tokens``, ``response_sigma``) capped at the budget (the long tail);
 Poisson(``tool_calls_mean``) tool calls, each ``tool_response_tokens`` long and taking an
 exponential time of mean ``tool_latency_s`` (dispatched the moment its turn ends); the
-generated tokens split over the turns at random.
+generated tokens split over the turns at random. ``--rollouts-dir runs/<run>/rollouts`` draws
+(response length, tool-call count) pairs from a real run's logged rollouts instead.
 
 Printed per policy: makespan, mean engine idle share, idle share in the last 20% of the step,
 the share of the step taken by the last 10% of trajectories to finish (Seer, arXiv 2511.14617,
@@ -29,8 +30,10 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -56,6 +59,7 @@ class Settings:
     step_per_kv_token_s: float = 2e-8
     prefill_per_token_s: float = 0.00005
     seed: int = 0
+    rollouts_dir: str = ""
 
 
 @dataclass
@@ -254,8 +258,14 @@ def draw_trajectories(s: Settings) -> list[Trajectory]:
     """The step's trajectories, the same for every policy (seeded)."""
     rng = np.random.default_rng(s.seed)
     count = s.prompts * s.rollouts_per_prompt
-    calls = np.minimum(rng.poisson(s.tool_calls_mean, count), s.max_turns - 1)
-    lengths = rng.lognormal(math.log(s.median_response_tokens), s.response_sigma, count)
+    if s.rollouts_dir:
+        observed = logged_rollouts(Path(s.rollouts_dir), s.tool_response_tokens)
+        picks = rng.integers(len(observed), size=count)
+        lengths = np.array([observed[i][0] for i in picks], dtype=float)
+        calls = np.minimum([observed[i][1] for i in picks], s.max_turns - 1)
+    else:
+        calls = np.minimum(rng.poisson(s.tool_calls_mean, count), s.max_turns - 1)
+        lengths = rng.lognormal(math.log(s.median_response_tokens), s.response_sigma, count)
     trajectories = []
     for key in range(count):
         budget = s.max_response_tokens - calls[key] * s.tool_response_tokens
@@ -264,6 +274,19 @@ def draw_trajectories(s: Settings) -> list[Trajectory]:
         segments = np.maximum(1, np.floor(shares * generated)).astype(int).tolist()
         trajectories.append(Trajectory(key, segments))
     return trajectories
+
+
+def logged_rollouts(folder: Path, tool_response_tokens: int) -> list[tuple[int, int]]:
+    """(generated tokens, tool calls) of every rollout in a run's ``rollouts/step_*.jsonl``."""
+    pairs = []
+    for file in sorted(folder.glob("step_*.jsonl")):
+        for line in file.open():
+            row = json.loads(line)
+            calls = len(row["tool_calls"])
+            pairs.append((max(1, row["response_tokens"] - calls * tool_response_tokens), calls))
+    if not pairs:
+        raise SystemExit(f"{folder}: no rollouts/step_*.jsonl rows")
+    return pairs
 
 
 def simulate(settings: Settings, policy: str) -> dict:

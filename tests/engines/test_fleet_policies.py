@@ -75,3 +75,15 @@ def test_a_lost_member_returns_its_trajectories_and_gets_no_more():
 def test_unknown_policy_is_refused():
     with pytest.raises(ValueError, match="kv_aware"):
         Scheduler("fastest", [1])
+
+
+def test_the_simulator_runs_these_policies_and_shows_overflow_only_without_kv_awareness():
+    from benchmarks.scheduler_sim import Settings, simulate
+
+    tight = Settings(engines=4, prompts=16, rollouts_per_prompt=16, kv_capacity_tokens=40000)
+    static, kv_aware = simulate(tight, "static"), simulate(tight, "kv_aware")
+    assert static["evictions"] > 0 and static["recomputed_tokens"] > 0
+    assert kv_aware["evictions"] == 0 and kv_aware["recomputed_tokens"] == 0
+    assert kv_aware["idle_share_last_20pct"] < static["idle_share_last_20pct"]
+    ample = Settings(engines=4, prompts=16, rollouts_per_prompt=16)
+    assert simulate(ample, "static")["evictions"] == 0
