@@ -13,70 +13,82 @@ from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.text import Text
 
-from rstar2.cli.app import app
+from rstar2.cli.app import app, fail
+from rstar2.cli.options import (DEFAULT_DTYPE, DEFAULT_ENGINE, DEFAULT_MODEL, BaseUrl, Dtype, Engine,
+                                 Model, PromptVariant, SandboxUrls, Tokenizer, trained_card)
 
 console = Console()
 SPECIAL_TOKEN = re.compile(r"<\|[^|<>\s]+\|>")  # ChatML's <|im_end|> and the like
 
 
-def fail(message: str) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {message}")
-    return typer.Exit(2)
+CHAT_LIMITS = {"max_turns": 10, "max_response_tokens": 1024}  # for a model without a card
 
 
 @app.command()
 def chat(
-    prompt: str = typer.Option(None, "--prompt", "-p", help="Ask this one question, show the answer "
-                               "and exit. Without it: an interactive session (empty line or Ctrl-D quits)."),
-    model: str = typer.Option("default", "--model", "-m", help="'default' (the embedded "
-                              "SmolLM2-135M-Instruct), a local model directory (e.g. a run's final/) or a "
-                              ".gguf file; with --engine openai, also the served model's name."),
-    engine: str = typer.Option("hf", "--engine", help="'hf': run the model in this process; 'openai': "
-                               "an OpenAI-compatible server (vLLM, SGLang, `rstar2 serve-model`); "
-                               "'vllm': vLLM in this process (GPU, the [gpu] extra)."),
-    base_url: str = typer.Option(None, "--base-url", help="Server URL for --engine openai, e.g. "
-                                 "http://localhost:8000/v1."),
-    tokenizer: str = typer.Option(None, "--tokenizer", help="Local model whose tokenizer to use when "
-                                  "--model is a served name (--engine openai)."),
-    sandbox_url: str = typer.Option(None, "--sandbox-url", help="Sandbox service for the tool calls. "
-                                    "Default: start a private one for this session."),
-    tools: bool = typer.Option(True, "--tools/--no-tools", help="Offer the Python tool (the paper's "
-                               "prompt), or ask for the same answer format without it."),
-    max_turns: int = typer.Option(10, "--max-turns", min=1, help="Assistant turns per question."),
-    max_tokens: int = typer.Option(1024, "--max-tokens", min=16, help="Token budget of one answer, "
-                                   "tool outputs included."),
-    temperature: float = typer.Option(0.6, "--temperature", min=0.0, help="Sampling temperature "
-                                      "(0 = greedy)."),
-    dtype: str = typer.Option("bfloat16", "--dtype", help="float32 | bfloat16 (--engine hf)."),
+    prompt: str = typer.Option(None, "--prompt", "-p", help="Ask this one question, show the "
+                               "answer and exit. Without it: an interactive session (an empty "
+                               "line or Ctrl-D quits)."),
+    model: Model = DEFAULT_MODEL,
+    engine: Engine = DEFAULT_ENGINE,
+    base_url: BaseUrl = None,
+    tokenizer: Tokenizer = None,
+    sandbox_url: SandboxUrls = None,
+    tools: bool = typer.Option(True, "--tools/--no-tools", help="Offer the Python tool, or ask "
+                               "for the same answer format without it."),
+    prompt_variant: PromptVariant = None,
+    max_turns: int = typer.Option(None, "--max-turns", min=1, help="Assistant turns per "
+                                  "question. Default: the model's rstar2.json, else 10."),
+    max_tokens: int = typer.Option(None, "--max-tokens", min=16, help="Token budget of one "
+                                   "answer, tool outputs included. Default: the model's "
+                                   "rstar2.json, else 1024."),
+    temperature: float = typer.Option(0.6, "--temperature", min=0.0, help="Sampling "
+                                      "temperature (0 = greedy)."),
+    dtype: Dtype = DEFAULT_DTYPE,
 ) -> None:
     """Chat with a model that reasons in <reason> tags and can run Python in the sandbox.
 
-    Each question is a fresh rollout with the paper's prompt: the model's turns, every tool
-    call with its sandbox output, and the final <answer> are shown. The default 135M model
-    rarely calls the tool; a trained one (--model runs/<run>/final) or a served model does.
+    Each question is a fresh rollout: the model's turns, every tool call with its sandbox
+    output, and the final <answer> are shown. A model folder written by rstar2 demo or train
+    is asked the way it was trained (its rstar2.json); others get the paper's prompt.
     """
-    from rstar2.agent.rollout import RolloutConfig
-    from rstar2.agent.prompt import PromptConfig
-    from rstar2.engines.factory import EngineSpec, check_engine_kind, open_engine
+    from rstar2.engines.factory import EngineSpec, open_engine
 
     try:
         spec = EngineSpec(kind=check_engine_kind(engine), model=model, base_url=base_url, tokenizer=tokenizer,
                           dtype=dtype)
-        config = RolloutConfig(max_turns=max_turns, max_response_tokens=max_tokens,
-                               temperature=temperature,
-                               prompt=PromptConfig(variant="rstar2" if tools else "no_tools"))
-        with console.status("loading the model (the first use of a .gguf converts it, ~20 s)"):
+        card = trained_card(model, tokenizer, base_url)
+        config = chat_rollout_config(card, tools, prompt_variant, max_turns, max_tokens,
+                                     temperature)
+        with console.status("loading the model (a .gguf file is converted on first use)"):
             llm, tok = open_engine(spec)
     except ValueError as exc:  # pydantic's ValidationError and ModelNotFound are ValueErrors
-        raise fail(str(exc)) from exc
+        fail(exc)
     with contextlib.ExitStack() as stack:
         url = sandbox_url
-        if tools and url is None:
+        if tools and not url:
             from rstar2.sandbox import local_sandbox
 
             with console.status("starting a private sandbox"):
                 url = stack.enter_context(local_sandbox(workers=2))
         asyncio.run(converse(llm, tok, url, config, prompt))
+
+
+def chat_rollout_config(card, tools: bool, variant: str | None, max_turns: int | None,
+                        max_tokens: int | None, temperature: float):
+    """The rollout settings of a chat: the options given, else the model's card, else the
+    chat's own defaults."""
+    from rstar2.agent.prompt import PromptConfig
+    from rstar2.agent.rollout import RolloutConfig
+
+    trained = card.prompt if card else PromptConfig()
+    limits = ({"max_turns": card.max_turns, "max_response_tokens": card.max_response_tokens}
+              if card else CHAT_LIMITS)
+    variant = (variant or trained.variant) if tools else "no_tools"
+    return RolloutConfig(max_turns=max_turns or limits["max_turns"],
+                         max_response_tokens=max_tokens or limits["max_response_tokens"],
+                         temperature=temperature,
+                         prompt=PromptConfig(variant=variant, tool_name=trained.tool_name))
 
 
 async def converse(llm, tok, url, config, prompt) -> None:
@@ -93,7 +105,7 @@ async def converse(llm, tok, url, config, prompt) -> None:
                 with console.status("thinking"):
                     trajectory = await agent.rollout(question)
             except SandboxUnavailable as exc:
-                raise fail(f"the sandbox cannot be reached: {exc}") from exc
+                fail(f"the sandbox cannot be reached: {exc}")
             show(trajectory, tools=runner is not None)
 
 
@@ -142,13 +154,12 @@ def show_call(call) -> None:
 
 @app.command("serve-model")
 def serve_model(
-    model: str = typer.Option("default", "--model", "-m", help="'default', a local model directory "
-                              "or a .gguf file."),
+    model: Model = DEFAULT_MODEL,
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8000, help="Port to listen on."),
     name: str = typer.Option(None, "--served-model-name", help="Model name clients use. Default: "
                              "--model."),
-    dtype: str = typer.Option("bfloat16", "--dtype", help="float32 | bfloat16 | float16."),
+    dtype: Dtype = DEFAULT_DTYPE,
     max_batch_size: int = typer.Option(32, "--max-batch-size", min=1,
                                        help="Sequences decoded together."),
     kv_budget_tokens: int = typer.Option(None, "--kv-budget-tokens", min=1,
@@ -158,19 +169,21 @@ def serve_model(
 ) -> None:
     """Serve a model with the embedded engine over an OpenAI-compatible API (/v1/completions
     with token-id prompts, token ids and log-probs back), for `--engine openai` clients and
-    fleets (its load at /metrics under vLLM's metric names)."""
+    fleets (its load at /metrics under vLLM's metric names). A model folder's rstar2.json (how
+    it was trained to be prompted) is served in /v1/models, where rstar2 chat and eval read it."""
     import uvicorn
 
     from rstar2.engines.hf import HFEngine, HFEngineConfig
     from rstar2.engines.server import create_app
 
     try:
+        card = trained_card(model)
         config = HFEngineConfig(model=model, dtype=dtype, max_batch_size=max_batch_size,
                                 kv_budget_tokens=kv_budget_tokens)
         with console.status("loading the model"):
             engine = HFEngine(config)
     except ValueError as exc:
-        raise fail(str(exc)) from exc
+        fail(exc)
     console.print(f"serving {model!r} at http://{host}:{port}/v1")
-    uvicorn.run(create_app(engine, name or model), host=host, port=port, log_level="warning")
+    uvicorn.run(create_app(engine, name or model, card.model_dump(mode="json") if card else None), host=host, port=port, log_level="warning")
     engine.shutdown()

@@ -7,20 +7,13 @@ from pathlib import Path
 
 import typer
 
-from rstar2.cli.app import app
+from rstar2.cli.app import command_group, fail
 
-data_app = typer.Typer(help="Benchmarks and training-set filters (integer answers, decontamination, difficulty).",
-                       no_args_is_help=True)
-app.add_typer(data_app, name="data")
+data_app = command_group("data", "Benchmarks and training-set filters (integer answers, "
+                         "decontamination, difficulty).", no_args_is_help=True)
 
-DATA_DIR_HELP = ("Directory with the benchmark files, flat (DIR/math500.jsonl) or in the shared layout "
-                 "(DIR/math500/math500.jsonl). Default: the copies packaged with rstar2.")
-
-
-def fail(error: Exception) -> typer.Exit:
-    """Print a user-facing error and return the exit to raise."""
-    typer.echo(f"error: {error}", err=True)
-    return typer.Exit(2)
+DATA_DIR_HELP = ("Where named benchmarks are read, flat (DIR/math500.jsonl) or as the shared "
+                 "data (DIR/math500/math500.jsonl). Default: the copies inside rstar2.")
 
 
 @data_app.command("list")
@@ -52,7 +45,7 @@ def integer_filter(
     try:
         split = split_integer_answers(read_problems(source))
     except DataError as error:
-        raise fail(error) from error
+        fail(error)
     write_jsonl(out, split.kept)
     typer.echo(f"kept {len(split.kept)}, dropped {len(split.dropped)} non-integer answers -> {out}")
     for problem in split.dropped[:5]:
@@ -86,7 +79,7 @@ def decontaminate(
         train = read_problems(source)
         benchmarks = [load_benchmark(spec, data_dir) for spec in split_specs(against)]
     except DataError as error:
-        raise fail(error) from error
+        fail(error)
     overlaps = find_overlaps(train, benchmarks, n=ngram, min_shared=min_shared)
     flagged = {overlap.id for overlap in overlaps}
     kept = write_jsonl(out, (dict(p.row, id=p.id) for p in train if p.id not in flagged))
@@ -116,7 +109,7 @@ def difficulty_filter(
     try:
         split = split_by_difficulty(read_problems(source), samples, bench or source.stem)
     except DataError as error:
-        raise fail(error) from error
+        fail(error)
     write_jsonl(out, (dict(p.row, id=p.id) for p in split.kept))
     typer.echo(f"kept {len(split.kept)} problems not solved {split.k}/{split.k}, "
                f"dropped {len(split.dropped)} always solved -> {out}")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from rstar2.cli.app import app
+from rstar2.cli.app import app, fail
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 NAMED_RECIPES = {"cpu-demo": RECIPES / "cpu-demo.yaml", "gsm8k": RECIPES / "gsm8k-cpu.yaml"}
@@ -14,19 +14,19 @@ NAMED_RECIPES = {"cpu-demo": RECIPES / "cpu-demo.yaml", "gsm8k": RECIPES / "gsm8
 
 @app.command()
 def demo(
-    recipe: str = typer.Option("cpu-demo", "--recipe", help="'cpu-demo' (generated arithmetic, ~20 min), "
-                               "'gsm8k' (GSM8K train -> GSM8K test, recipes/gsm8k-cpu.yaml, ~60 min), "
-                               "or a recipe file; one with a `gsm8k:` section runs the GSM8K pipeline."),
+    recipe: str = typer.Option("cpu-demo", "--recipe", help="'cpu-demo' (generated arithmetic), 'gsm8k' "
+                               "(GSM8K train -> GSM8K test, recipes/gsm8k-cpu.yaml), or a recipe "
+                               "file; one with a `gsm8k:` section runs the GSM8K pipeline."),
     name: str = typer.Option(None, "--name", help="Run folder under runs/ (default: the recipe's name)."),
-    overrides: list[str] = typer.Option(None, "--set", help="Dotted override of the recipe, e.g. "
-                                        "--set rl.roc.mode=off, --set rl.steps=20, --set gsm8k.sft.epochs=2."),
+    overrides: list[str] = typer.Option(None, "--set", help="Dotted override of the recipe, "
+                                        "e.g. --set rl.roc.mode=off --set rl.steps=20."),
     sft_model: str = typer.Option(None, "--sft-model", help="Skip the SFT and start RL from this model "
                                   "directory (an earlier demo's runs/<name>/sft), e.g. to compare RL settings."),
 ) -> None:
-    """Teach SmolLM2-135M-Instruct to solve problems with the Python tool on 2 CPU cores:
+    """Teach SmolLM2-135M-Instruct to solve problems with the Python tool on a CPU:
     (1) a short SFT on tool-use traces made with the real sandbox, (2) GRPO-RoC on problems the
     SFT never saw, (3) greedy accuracy of the base, SFT-only and final models with the tool, and
-    a PNG of the RL curves. The default recipe uses generated arithmetic (about 20 minutes);
+    a PNG of the RL curves. The default recipe uses generated arithmetic;
     `--recipe gsm8k` trains on GSM8K train and evaluates on GSM8K test. Prints where everything is."""
     from rstar2.data import DataError
     from rstar2.demo.gsm8k import SECTION, run_gsm8k
@@ -41,5 +41,4 @@ def demo(
         else:
             run_demo(DemoSettings(recipe=str(path), name=name, overrides=settings, sft_model=sft_model))
     except (FileExistsError, ConfigError, DataError) as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from error
+        fail(error)

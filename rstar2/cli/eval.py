@@ -6,65 +6,63 @@ from pathlib import Path
 
 import typer
 
-from rstar2.cli.app import app
-from rstar2.engines.factory import ENGINE_KINDS
+from rstar2.cli.app import command_group, fail
+from rstar2.cli.data import DATA_DIR_HELP
+from rstar2.cli.options import (DEFAULT_ENGINE, DEFAULT_MODEL, BaseUrl, Engine, Model, PromptVariant,
+                                SandboxUrls, Tokenizer, trained_card)
 
-eval_app = typer.Typer(
-    help=(
-        "Evaluate a model on math benchmarks with the paper's protocol: n=16 samples per problem, "
-        "temperature 0.6, up to 30,000 tokens and 30 turns with the Python tool; reports avg@n "
-        "(the paper's average pass@1) with a bootstrap 95% CI, pass@k, maj@n, lengths and tool use. "
-        "`rstar2 eval compare RUN_A RUN_B` puts two runs side by side."
-    ),
+eval_app = command_group(
+    "eval",
+    "Evaluate a model on math benchmarks with the paper's protocol: n=16 samples per problem, "
+    "temperature 0.6, up to 30,000 tokens and 30 turns with the Python tool; reports avg@n "
+    "(the paper's average pass@1) with a bootstrap 95% CI, pass@k, maj@n, lengths and tool use. "
+    "A model folder written by rstar2 demo or train is asked the way it was trained (its "
+    "rstar2.json) unless options say otherwise. `rstar2 eval compare RUN_A RUN_B` puts two "
+    "runs side by side.",
     invoke_without_command=True,
 )
-app.add_typer(eval_app, name="eval")
-
-
-def fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(2)
+PAPER_LIMITS = {"max_tokens": 30000, "max_turns": 30}  # §5.1, for a model without a card
 
 
 @eval_app.callback()
 def evaluate(
     ctx: typer.Context,
-    bench: str = typer.Option(None, "--bench", "-b", help="Comma-separated benchmarks: aime2024, aime2025, "
-                              "hmmt_feb2025, math500, amc23, gsm8k, or paths to JSONL files of {problem, answer}."),
-    model: str = typer.Option("default", "--model", "-m", help="'default' (the embedded SmolLM2-135M-Instruct), "
-                              "a local model directory or .gguf file; with --engine openai, the served model name."),
-    engine: str = typer.Option("hf", "--engine", help="'hf': run the model in this process (CPU or GPU); "
-                               "'openai': any OpenAI-compatible server (vLLM, SGLang, `rstar2 serve-model`); "
-                               "'vllm': vLLM in this process (GPU, the [gpu] extra)."),
-    base_url: str = typer.Option(None, "--base-url", help="The server's URL for --engine openai, "
-                                 "e.g. http://localhost:8000/v1."),
-    tokenizer: str = typer.Option(None, "--tokenizer", help="Local model directory whose tokenizer to use "
-                                  "when --model is a served name (--engine openai with vLLM/SGLang)."),
+    bench: str = typer.Option(None, "--bench", "-b", help="Comma-separated benchmarks (aime2024, "
+                              "aime2025, hmmt_feb2025, math500, amc23, gsm8k; `rstar2 data list`) "
+                              "or JSONL files of {problem, answer}."),
+    model: Model = DEFAULT_MODEL,
+    engine: Engine = DEFAULT_ENGINE,
+    base_url: BaseUrl = None,
+    tokenizer: Tokenizer = None,
     n: int = typer.Option(16, "-n", min=1, help="Samples per problem."),
     temperature: float = typer.Option(0.6, "--temperature", min=0.0, help="Sampling temperature."),
-    top_p: float = typer.Option(1.0, "--top-p", min=0.0, max=1.0, help="Nucleus sampling mass (1 = off)."),
-    max_tokens: int = typer.Option(30000, "--max-tokens", min=1,
-                                   help="Token budget of a whole response, tool outputs included."),
-    max_turns: int = typer.Option(30, "--max-turns", min=1, help="Assistant turns per rollout."),
-    tools: bool = typer.Option(True, "--tools/--no-tools", help="Offer the Python tool (the paper's prompt), "
-                               "or the same answer format without it."),
-    prompt: str = typer.Option("rstar2", "--prompt", help="'rstar2': the paper's prompt with the tool schema "
-                               "(~450 tokens); 'short': its ~100-token form, which `rstar2 demo` trains with."),
-    answer_tag: bool = typer.Option(True, "--answer-tag/--no-answer-tag", help="Grade only a \\boxed{} inside "
-                                    "<answer>...</answer> (the paper's reward), or also the last \\boxed{} "
-                                    "anywhere (for models that do not use the tags)."),
-    limit: int = typer.Option(None, "--limit", min=1, help="Only the first K problems of each benchmark."),
-    out: Path = typer.Option(None, "--out", "-o", help="Run directory. Default: runs/eval/<model>_<benches>_n<n>; "
-                             "the same command with --resume continues it."),
-    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out: skip samples already in "
-                                "its samples.jsonl (n, --limit and benchmarks may grow; generation settings may not)."),
-    concurrency: int = typer.Option(32, "--concurrency", "-c", min=1, help="Samples in flight at once."),
-    data_dir: Path = typer.Option(None, "--data-dir", help="Where named benchmarks are read, flat or in the shared "
-                                  "layout (DIR/math500/math500.jsonl). Default: the copies packaged with rstar2."),
-    sandbox_url: list[str] = typer.Option(None, "--sandbox-url", help="Sandbox service(s) for tool calls "
-                                          "(repeatable). Default: start a private one for this run."),
-    sandbox_workers: int = typer.Option(2, "--sandbox-workers", min=1,
-                                        help="Workers of the private sandbox started when no --sandbox-url is given."),
+    top_p: float = typer.Option(1.0, "--top-p", min=0.0, max=1.0, help="Nucleus sampling mass "
+                                "(1 = off)."),
+    max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="Token budget of a whole "
+                                   "response, tool outputs included. Default: the model's "
+                                   "rstar2.json, else 30000."),
+    max_turns: int = typer.Option(None, "--max-turns", min=1, help="Assistant turns per rollout. "
+                                  "Default: the model's rstar2.json, else 30."),
+    tools: bool = typer.Option(True, "--tools/--no-tools", help="Offer the Python tool, or keep "
+                               "the answer format without it."),
+    prompt_variant: PromptVariant = None,
+    answer_tag: bool = typer.Option(None, "--answer-tag/--no-answer-tag", help="Grade only a "
+                                    "\\boxed{} inside <answer>...</answer> (the paper's reward), or "
+                                    "also the last \\boxed{} anywhere (models without the tags). "
+                                    "Default: the model's rstar2.json, else --answer-tag."),
+    limit: int = typer.Option(None, "--limit", min=1, help="Only the first K problems of each "
+                              "benchmark."),
+    out: Path = typer.Option(None, "--out", "-o", help="Run directory. Default: "
+                             "runs/eval/<model>_<benches>_n<n>."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out, skipping "
+                                "the samples it holds (n, --limit and benchmarks may grow; "
+                                "generation settings may not)."),
+    concurrency: int = typer.Option(32, "--concurrency", "-c", min=1, help="Samples in flight "
+                                    "at once."),
+    data_dir: Path = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
+    sandbox_url: SandboxUrls = None,
+    sandbox_workers: int = typer.Option(2, "--sandbox-workers", min=1, help="Workers of the "
+                                        "private sandbox (without --sandbox-url)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
     """Run a benchmark evaluation; writes config.json, samples.jsonl (appended as samples finish),
@@ -72,27 +70,29 @@ def evaluate(
     if ctx.invoked_subcommand is not None:
         return
     if bench is None:
-        raise fail("--bench is required (e.g. --bench aime2024,math500); see `rstar2 eval --help`")
-    if engine not in ENGINE_KINDS:
-        raise fail(f"--engine must be one of {', '.join(ENGINE_KINDS)}, got {engine!r}")
-    if prompt not in ("rstar2", "short"):
-        raise fail(f"--prompt must be 'rstar2' or 'short', got {prompt!r}")
+        fail("--bench is required (e.g. --bench aime2024,math500); see `rstar2 eval --help`")
+    from rstar2.agent.prompt import PromptConfig
     from rstar2.data import DataError, split_specs
     from rstar2.eval.launch import RunFailed, default_out_dir, evaluate_and_report
     from rstar2.eval.runner import EvalSettings, RunConflict
 
+    card = trained_card(model, tokenizer, base_url)
+    trained = card.prompt if card else PromptConfig()
     try:
         settings = EvalSettings(
             benchmarks=split_specs(bench), model=model, engine=engine, base_url=base_url, tokenizer=tokenizer,
-            n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, max_turns=max_turns, tools=tools,
-            prompt=prompt, answer_tag=answer_tag,
+            n=n, temperature=temperature, top_p=top_p,
+            max_tokens=max_tokens or (card.max_response_tokens if card else PAPER_LIMITS["max_tokens"]),
+            max_turns=max_turns or (card.max_turns if card else PAPER_LIMITS["max_turns"]),
+            tools=tools, prompt=prompt_variant or trained.variant, tool_name=trained.tool_name,
+            answer_tag=(card.answer_tag if card else True) if answer_tag is None else answer_tag,
             limit=limit, concurrency=concurrency, data_dir=str(data_dir) if data_dir else None,
         )
         table = evaluate_and_report(settings, out or default_out_dir(settings), resume=resume,
                                     sandbox_urls=sandbox_url or None, sandbox_workers=sandbox_workers,
                                     show_progress=not quiet)
     except (DataError, RunConflict, RunFailed, ValueError) as error:
-        raise fail(str(error)) from error
+        fail(error)
     except KeyboardInterrupt:
         typer.echo("interrupted: finished samples are saved; repeat the command with --resume to continue",
                    err=True)
@@ -114,5 +114,5 @@ def compare(
     try:
         a, b = read_results(run_a), read_results(run_b)
     except (FileNotFoundError, ValueError) as error:
-        raise fail(str(error)) from error
+        fail(error)
     typer.echo(compare_runs(a, b, top=top, labels=(str(run_a), str(run_b))))

@@ -5,7 +5,7 @@ from pathlib import Path
 import typer
 from rich.progress import Progress
 
-from rstar2.cli.app import app
+from rstar2.cli.app import app, fail
 from rstar2.reward.rows import RowsReport, grade_rows
 
 
@@ -23,8 +23,8 @@ def grade(
     require_answer_tag: bool = typer.Option(
         True,
         "--require-answer-tag/--any-boxed",
-        help="Read the answer only from \\boxed{} inside <answer>...</answer> (the rStar2-Agent reward), "
-        "or, with --any-boxed, fall back to the last \\boxed{} anywhere (models that use no tags).",
+        help="Read the answer only from \\boxed{} inside <answer>...</answer> (the rStar2-Agent "
+        "reward), or also the last \\boxed{} anywhere (--any-boxed: models without the tags).",
     ),
     deadline: float = typer.Option(2.0, "--deadline", min=0.01, help="Seconds allowed per symbolic check."),
     workers: int = typer.Option(None, "--workers", min=1, help="Worker processes. Default: all cores."),
@@ -42,8 +42,7 @@ def grade(
     try:
         numbered_rows = list(read_jsonl(source))
     except DataError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from error
+        fail(error)
     with Progress(transient=True) as progress:
         bar = progress.add_task("grading", total=len(numbered_rows))
         report = grade_rows(

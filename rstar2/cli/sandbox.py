@@ -6,11 +6,10 @@ import os
 
 import typer
 
-from rstar2.cli.app import app
+from rstar2.cli.app import command_group, fail
 
-sandbox_app = typer.Typer(help="The isolated Python execution service used for tool calls and grading.",
-                          no_args_is_help=True)
-app.add_typer(sandbox_app, name="sandbox")
+sandbox_app = command_group("sandbox", "The isolated Python execution service used for tool calls.",
+                            no_args_is_help=True)
 
 
 @sandbox_app.command()
@@ -18,8 +17,8 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Address to listen on. Keep it private: never expose the service."),
     port: int = typer.Option(8070, help="Port to listen on."),
     workers: int = typer.Option(2 * (os.cpu_count() or 1), min=1, max=1024,
-                                help="Warm worker processes; each runs one call at a time (about 70 MB each). "
-                                     "Default: twice the CPU count, so calls waiting on I/O or a deadline do not idle the cores."),
+                                help="Warm worker processes, each running one call at a time. Default: twice "
+                                     "the CPU count, so calls waiting on I/O do not idle the cores."),
     timeout_s: float = typer.Option(4.0, "--timeout-s", min=0.01, help="Default wall-clock deadline per call, seconds."),
     max_timeout_s: float = typer.Option(60.0, "--max-timeout-s", min=0.01,
                                         help="Largest deadline a request may ask for."),
@@ -54,5 +53,4 @@ def serve(
     try:
         serve_forever(config, host=host)
     except IsolationUnavailable as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from error
+        fail(error)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from rstar2.cli.app import app
+from rstar2.cli.app import app, fail
 
 
 @app.command()
@@ -29,23 +29,21 @@ def train(
     at the end, final/ (a model directory for `rstar2 chat --model` and `rstar2 eval --model`).
     """
     from rstar2.rl.config import ConfigError, load_config
-    from rstar2.rl.launch import RunExists
+    from rstar2.rl.launch import NeedsDistributedTrainer, RunExists
     from rstar2.rl.launch import train as run_training
 
     settings = list(overrides or []) + ([f"name={name}"] if name else [])
     try:
         config = load_config(recipe, settings)
     except ConfigError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from error
+        fail(error)
     if plan:
         print_plan(config)
         return
     try:
         final = run_training(config, resume=resume)
-    except (RunExists, ImportError) as error:  # ImportError: the engine's extra is not installed
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from error
+    except (RunExists, NeedsDistributedTrainer, ImportError) as error:  # ImportError: an extra is missing
+        fail(error)
     typer.echo(f"done: metrics in {config.run_dir / 'metrics.jsonl'}, trained model in {final}")
 
 
@@ -57,5 +55,4 @@ def print_plan(config) -> None:
     try:
         typer.echo(render(plan_run(config)))
     except (PlacementError, UnknownArchitecture) as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from error
+        fail(error)

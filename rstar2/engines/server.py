@@ -3,7 +3,7 @@
 The subset of the API that token-in/token-out rollouts use, with vLLM's extensions, so that
 ``OpenAIEngine`` talks to this server, vLLM and SGLang the same way:
 
-* ``GET /v1/models``, ``GET /health``;
+* ``GET /v1/models`` (with the model's card under ``rstar2``, when it has one), ``GET /health``;
 * ``GET /metrics``: the engine's KV capacity and use and its queue under vLLM's metric names
   (``vllm:cache_config_info`` with ``kv_cache_size_tokens``, ``vllm:kv_cache_usage_perc``,
   ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
@@ -112,8 +112,9 @@ def read_weights(folder: Path) -> dict:
     return state
 
 
-def create_app(engine: HFEngine, model_name: str) -> FastAPI:
-    """The HTTP app serving ``engine`` under the name ``model_name``."""
+def create_app(engine: HFEngine, model_name: str, card: dict | None = None) -> FastAPI:
+    """The HTTP app serving ``engine`` under the name ``model_name``; ``card`` (the model's
+    ``rstar2.json``, how it was trained to be prompted) goes into its ``/v1/models`` entry."""
     app = FastAPI(title="rstar2 model server")
     tokenizer = engine.tokenizer
 
@@ -133,8 +134,8 @@ def create_app(engine: HFEngine, model_name: str) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> dict:
-        return {"object": "list", "data": [{"id": model_name, "object": "model",
-                                            "owned_by": "rstar2"}]}
+        entry = {"id": model_name, "object": "model", "owned_by": "rstar2"}
+        return {"object": "list", "data": [entry | ({"rstar2": card} if card else {})]}
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -76,7 +76,8 @@ def rollout_config(settings: EvalSettings) -> RolloutConfig:
     return RolloutConfig(
         max_turns=settings.max_turns, max_response_tokens=settings.max_tokens,
         temperature=settings.temperature, top_p=settings.top_p,
-        prompt=PromptConfig(variant=settings.prompt if settings.tools else "no_tools"),
+        prompt=PromptConfig(variant=settings.prompt if settings.tools else "no_tools",
+                            tool_name=settings.tool_name),
     )
 
 

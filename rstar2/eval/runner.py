@@ -15,8 +15,8 @@ Contract of ``run_eval(settings, solve, out_dir)``:
   everything finished stays in the log for ``--resume``;
 * at the end ``results.json`` and ``results.md`` are written from the log (``report``).
 
-``solve(problem)`` is whatever produces one response (``rstar2.eval.solver`` builds it from an
-engine, the agent loop and the sandbox); the runner knows nothing of models.
+``solve(problem)`` is whatever produces one response (``rstar2.eval.launch.agent_solver`` builds
+it from an engine, the agent loop and the sandbox); the runner knows nothing of models.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from rstar2.agent.prompt import DEFAULT_TOOL_NAME
 from rstar2.data.benchmarks import Benchmark
 from rstar2.data.problems import Problem
 from rstar2.engines.factory import EngineKind
@@ -61,7 +62,8 @@ class EvalSettings(BaseModel):
     max_turns: int = Field(30, ge=1, description="Assistant turns per rollout.")
     tools: bool = Field(True, description="Offer the Python tool (the paper's prompt) or not.")
     prompt: Literal["rstar2", "short"] = Field("rstar2", description="'rstar2': the paper's prompt (Fig. 3); "
-                                               "'short': its ~100-token form the CPU demo trains with.")
+                                               "'short': its few-line form the CPU demo trains with.")
+    tool_name: str = Field(DEFAULT_TOOL_NAME, description="Name the model calls the Python tool by.")
     answer_tag: bool = Field(True, description="Grade only a \\boxed{} inside <answer> (the paper's "
                              "reward); False also accepts the last \\boxed{} anywhere.")
     limit: int | None = Field(None, ge=1, description="Only the first `limit` problems of each benchmark.")
@@ -71,7 +73,7 @@ class EvalSettings(BaseModel):
 
 # A resumed run must not mix samples drawn or graded under different settings.
 FIXED_FIELDS = ("model", "engine", "temperature", "top_p", "max_tokens", "max_turns", "tools", "prompt",
-                "answer_tag")
+                "tool_name", "answer_tag")
 
 
 class RunConflict(RuntimeError):
@@ -130,7 +132,8 @@ def check_output_dir(out_dir: Path, settings: EvalSettings, resume: bool) -> Non
         raise RunConflict(f"{out_dir} already holds samples; pass --resume to continue that run, "
                           "or choose another --out")
     if resume and config_path.is_file():
-        previous = json.loads(config_path.read_text(encoding="utf-8"))
+        # a field an older run did not record had its default value then
+        previous = EvalSettings.model_construct(**json.loads(config_path.read_text(encoding="utf-8"))).model_dump()
         changed = [f"{name}: {previous.get(name)!r} -> {getattr(settings, name)!r}"
                    for name in FIXED_FIELDS if previous.get(name) != getattr(settings, name)]
         if changed:

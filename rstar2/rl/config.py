@@ -74,8 +74,8 @@ class ModelConfig(Section):
     an update of size lr is lost in bfloat16's 8-bit mantissa)."""
     compute_dtype: Literal["float32", "bfloat16"] = "float32"
     """Dtype of the forward and backward matmuls (``torch.autocast``). 'bfloat16' over float32
-    weights is mixed precision: measured 1.8x faster than float32 on this AVX-512-bf16 CPU
-    (296 vs 168 tokens/s), while the weights and their updates stay float32."""
+    weights is mixed precision: faster on CPUs with bfloat16 instructions (AVX-512-bf16, AMX;
+    docs/benchmarks.md), while the weights and their updates stay float32."""
     lora: LoraConfig | None = None
     """Train LoRA adapters instead of all weights (peft); null trains everything."""
     gradient_checkpointing: bool = False
@@ -104,7 +104,7 @@ class RolloutConfig(Section):
     """Embedded engine: null samples from the trainer's model itself (colocated, one copy of
     the weights); a dtype gives the engine its own copy in that dtype, loaded with the new
     weights after every update, and the trainer then recomputes the old log-probs. bfloat16
-    samples 3.3x faster than float32 here (323 vs 97 tokens/s at batch 64). Not with LoRA."""
+    samples faster than float32 on bfloat16-capable CPUs (docs/benchmarks.md). Not with LoRA."""
     temperature: float = Field(1.0, gt=0)
     """Sampling temperature of training rollouts (paper: 1.0)."""
     top_p: float = Field(1.0, gt=0, le=1)
@@ -116,7 +116,7 @@ class RolloutConfig(Section):
     """Most assistant turns per rollout (paper: 10 in stages 1-2, 15 in stage 3)."""
     prompt: Literal["rstar2", "short"] = "rstar2"
     """The agent's prompt: the paper's ('rstar2'), or the same tags and tool in a few lines
-    ('short', the CPU demo's: ~120 instead of ~450 prompt tokens per sequence)."""
+    ('short', the CPU demo's: a few lines instead of the tool block, fewer tokens per sequence)."""
     tool_timeout_s: float = Field(4.0, gt=0)
     """Wall-clock limit of one tool call (release: 4 s)."""
     sandbox_urls: tuple[str, ...] = ()

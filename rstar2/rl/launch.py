@@ -10,7 +10,8 @@ samples from the trainer's own model, one process, CPU or one GPU, unless
 ``rollout.engine_dtype`` gives it its own copy); the trainer is a ``LocalLearner`` and a
 ``Sampler`` around the step (``build_trainer``); the sandbox is the configured services or a
 private local one; at the end the trained policy is saved as a plain model directory
-``<run>/final``.
+``<run>/final`` with its card
+(``rstar2.agent.card``: the prompt and limits it was trained with).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
+from rstar2.agent.card import ModelCard, new_card
 from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.agent.rollout import CodeRunner
 from rstar2.data.problems import Problem, read_problems
@@ -43,9 +45,15 @@ class RunExists(RuntimeError):
     """The run folder holds another run's checkpoints and ``resume`` was not asked for."""
 
 
+class NeedsDistributedTrainer(RuntimeError):
+    """The recipe places its run on a cluster (a ``cluster:`` section), which needs the
+    multi-node trainer this command does not launch yet."""
+
+
 def train(config: RunConfig, resume: bool = False, console: Console | None = None) -> Path:
     """Run (or continue) the training ``config`` describes; returns the final model directory."""
     console = console or Console()
+    check_trainable(config)
     check_run_dir(config, resume)
     config.run_dir.mkdir(parents=True, exist_ok=True)
     (config.run_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
@@ -60,7 +68,13 @@ def train(config: RunConfig, resume: bool = False, console: Console | None = Non
                                               timeout_s=config.rollout.tool_timeout_s))]
         grader = stack.enter_context(Grader())  # one grading process per core
         asyncio.run(run_trainer(config, model, tokenizer, engine, urls, grader, problems, resume, console))
-    return save_policy(model, tokenizer, config.run_dir / "final")
+    return save_policy(model, tokenizer, config.run_dir / "final", run_card(config, "rstar2 train"))
+
+
+def run_card(config: RunConfig, trained_by: str) -> ModelCard:
+    """The card of a model this run trains: its prompt and rollout limits."""
+    return new_card(PromptConfig(variant=config.rollout.prompt), config.rollout.max_response_tokens,
+                    config.rollout.max_turns, f"{trained_by} ({config.name})")
 
 
 def rollout_engine(config: RunConfig, model, tokenizer) -> TrainableEngine:
@@ -102,6 +116,16 @@ async def run_trainer(config, model, tokenizer, engine, urls, grader, problems, 
         if trainer.completed_steps:
             console.print(f"resuming {config.run_dir} after step {trainer.completed_steps}")
         await trainer.run()
+
+
+def check_trainable(config: RunConfig) -> None:
+    """Refuse, before anything is written, a recipe this trainer cannot run."""
+    if config.cluster is not None:
+        raise NeedsDistributedTrainer(
+            f"{config.name} runs on a cluster ({config.cluster.nodes} nodes x "
+            f"{config.cluster.gpus_per_node} GPUs) and needs the distributed trainer, which "
+            "`rstar2 train` does not launch yet; `--plan` prints its placement, and recipes "
+            "without a cluster: section train in this process")
 
 
 def check_run_dir(config: RunConfig, resume: bool) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from rstar2.agent.card import ModelCard, write_card
 from rstar2.engines.loading import load_model
 from rstar2.rl.config import ModelConfig
 
@@ -50,14 +51,17 @@ def is_lora(model: torch.nn.Module) -> bool:
     return hasattr(model, "merge_and_unload")
 
 
-def save_policy(model: torch.nn.Module, tokenizer, target: str | Path) -> Path:
-    """Write ``model`` (LoRA merged) and ``tokenizer`` as a transformers directory at ``target``."""
+def save_policy(model: torch.nn.Module, tokenizer, target: str | Path, card: ModelCard | None = None) -> Path:
+    """Write ``model`` (LoRA merged) and ``tokenizer`` as a transformers directory at ``target``,
+    with ``card`` (how it was trained to be prompted) beside the weights."""
     target = Path(target)
     staging = target.with_name(f".tmp-{target.name}")
     shutil.rmtree(staging, ignore_errors=True)
     plain = copy.deepcopy(model).merge_and_unload() if is_lora(model) else model
     plain.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
+    if card is not None:
+        write_card(staging, card)
     if target.exists():
         shutil.rmtree(target)
     staging.rename(target)

@@ -52,9 +52,9 @@ from dataclasses import dataclass
 def keep_heap_in_huge_pages(size: int = 64 << 20) -> None:
     """Grow the heap once and back it with transparent huge pages.
 
-    fork + exit cost is proportional to the page-table entries of the warm worker (~50 MB of
-    Python objects): with the heap in 2 MiB pages instead of 4 KiB ones each call is about
-    3x cheaper. Needs PYTHONMALLOC=malloc (set by the service) so Python objects live on
+    fork + exit cost is proportional to the page-table entries of the warm worker (tens of MB
+    of Python objects): with the heap in 2 MiB pages instead of 4 KiB ones each call is
+    cheaper (docs/benchmarks.md). Needs PYTHONMALLOC=malloc (set by the service) so Python objects live on
     glibc's heap; this does by hand what GLIBC_TUNABLES=glibc.malloc.hugetlb=1 would do,
     because glibc ignores tunables in a process started with capabilities.
     """

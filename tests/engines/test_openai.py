@@ -3,36 +3,22 @@ returns the embedded engine's greedy tokens and log-probs; the server speaks the
 completions dialect (text or token prompts, n, errors)."""
 
 import asyncio
-import socket
-import threading
-import time
 
 import httpx
 import pytest
-import uvicorn
 
 from rstar2.engines.base import SamplingParams
 from rstar2.engines.openai import EngineError, OpenAIEngine, api_base
 from rstar2.engines.server import create_app
+from tests.engines.serving import serving
 
 GREEDY = SamplingParams(temperature=0, max_tokens=16)
 
 
 @pytest.fixture(scope="module")
 def server_url(hf_engine):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(hf_engine, "smol"), host="127.0.0.1",
-                                           port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}/v1"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serving(create_app(hf_engine, "smol")) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

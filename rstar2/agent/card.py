@@ -1,0 +1,82 @@
+"""How a saved model was trained to be prompted, kept beside its weights as ``rstar2.json``.
+
+A model trained on the short prompt, with a 256-token budget and three turns, answers well only
+when it is asked the same way: the paper's long prompt makes the demo's model ramble without
+calling the tool. So the folders that ``rstar2 demo``, ``rstar2 train`` and the SFT write
+(``sft/``, ``final/``) carry this card, and ``chat``, ``eval`` and ``serve-model`` read it and use
+it unless an option says otherwise.
+
+    write_card(run_dir / "final", ModelCard(prompt=..., max_response_tokens=256, max_turns=3))
+    card = read_card("runs/cpu-demo/final")      # None for 'default', a .gguf, a served name
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rstar2.agent.prompt import PromptConfig, tool_schema
+
+CARD_FILE = "rstar2.json"
+
+
+class CardError(ValueError):
+    """A model folder's ``rstar2.json`` is not a card this version can read."""
+
+
+class ModelCard(BaseModel):
+    """What a model was trained with that decides how it must be asked."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    prompt: PromptConfig = Field(description="Prompt variant and the name of the Python tool.")
+    tool: dict | None = Field(None, description="The tool's JSON schema as the model saw it in "
+                              "its prompt (for readers of the folder; rebuilt from prompt.tool_name).")
+    answer_tag: bool = Field(True, description="The reward read the answer only from \\boxed{} "
+                             "inside <answer> (False: the last \\boxed{} anywhere).")
+    max_response_tokens: int = Field(ge=1, description="Token budget of a training rollout, "
+                                     "tool outputs included.")
+    max_turns: int = Field(ge=1, description="Assistant turns of a training rollout.")
+    trained_by: str = Field("", description="What wrote the folder, e.g. 'rstar2 demo (SFT)'.")
+
+    def summary(self) -> str:
+        """One line for the commands that apply the card."""
+        return (f"prompt {self.prompt.variant}, tool {self.prompt.tool_name}, "
+                f"answer tag {'required' if self.answer_tag else 'optional'}, "
+                f"{self.max_response_tokens} tokens, {self.max_turns} turns")
+
+
+def new_card(prompt: PromptConfig, max_response_tokens: int, max_turns: int, trained_by: str,
+             answer_tag: bool = True) -> ModelCard:
+    """A card with the tool schema filled in from the prompt."""
+    return ModelCard(prompt=prompt, tool=tool_schema(prompt.tool_name) if prompt.tools_enabled else None,
+                     answer_tag=answer_tag, max_response_tokens=max_response_tokens,
+                     max_turns=max_turns, trained_by=trained_by)
+
+
+def write_card(directory: str | Path, card: ModelCard) -> Path:
+    path = Path(directory) / CARD_FILE
+    path.write_text(json.dumps(card.model_dump(mode="json"), indent=2) + "\n")
+    return path
+
+
+def card_path(model: str | None) -> Path | None:
+    """Where the card of a model spec would be: only a local model directory has one."""
+    if not model:
+        return None
+    path = Path(model).expanduser() / CARD_FILE
+    return path if path.is_file() else None
+
+
+def read_card(model: str | None) -> ModelCard | None:
+    """The card of a model directory, or None when it has none."""
+    path = card_path(model)
+    if path is None:
+        return None
+    try:
+        return ModelCard.model_validate_json(path.read_text())
+    except ValidationError as error:
+        raise CardError(f"{path}: not a model card ({error.error_count()} bad fields; "
+                        f"first: {error.errors()[0]['loc']}: {error.errors()[0]['msg']})") from error

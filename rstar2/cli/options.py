@@ -1,0 +1,99 @@
+"""The options several `rstar2` commands share (model, engine, server, tokenizer, dtype,
+sandbox), declared once so that every command spells and explains them the same way.
+
+``trained_card`` finds how the model was trained to be prompted (its ``rstar2.json``), which
+chat and eval use where no option says otherwise. The engine kinds and dtypes are read off ``rstar2.engines.factory.EngineSpec`` (the one
+vocabulary), so a new kind there shows up in every command's ``--engine`` choices.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional, get_args
+
+import typer
+
+from rstar2.agent.prompt import PromptConfig
+from rstar2.cli.app import fail
+from rstar2.engines.factory import EngineSpec
+
+ENGINE_KINDS: tuple[str, ...] = get_args(EngineSpec.model_fields["kind"].annotation)
+DEFAULT_ENGINE: str = EngineSpec.model_fields["kind"].default
+DTYPES: tuple[str, ...] = get_args(EngineSpec.model_fields["dtype"].annotation)
+DEFAULT_DTYPE: str = EngineSpec.model_fields["dtype"].default
+DEFAULT_MODEL: str = EngineSpec.model_fields["model"].default
+PROMPT_VARIANTS: tuple[str, ...] = tuple(  # the variants with the tool; --no-tools drops it
+    variant for variant in get_args(PromptConfig.model_fields["variant"].annotation)
+    if PromptConfig(variant=variant).tools_enabled)
+
+
+def one_of(choices: tuple[str, ...]) -> dict:
+    """Option settings that accept only ``choices`` (and show them as the metavar), passing the
+    value on as a plain string."""
+    def parse(value: str) -> str:
+        if value not in choices:
+            raise typer.BadParameter(f"{value!r} is not one of {', '.join(choices)}")
+        return value
+
+    return {"parser": parse, "metavar": "[" + "|".join(choices) + "]"}
+
+
+Model = Annotated[str, typer.Option(
+    "--model", "-m", metavar="MODEL",
+    help="'default' (the embedded SmolLM2-135M-Instruct), a model directory such as "
+         "runs/<run>/final, or a .gguf file; with --engine openai also a served model's name.")]
+Engine = Annotated[str, typer.Option(
+    "--engine", **one_of(ENGINE_KINDS),
+    help="Where the model runs: in this process (hf), behind an OpenAI-compatible server at "
+         "--base-url (openai: vLLM, SGLang, rstar2 serve-model), or in-process vLLM on a GPU.")]
+BaseUrl = Annotated[Optional[str], typer.Option(
+    "--base-url", metavar="URL", help="Server URL for --engine openai, e.g. http://localhost:8000/v1.")]
+Tokenizer = Annotated[Optional[str], typer.Option(
+    "--tokenizer", metavar="DIR", help="Local model directory whose tokenizer to use when --model is a "
+                        "served name.")]
+Dtype = Annotated[str, typer.Option(
+    "--dtype", **one_of(DTYPES), help="Weights dtype of an in-process model.")]
+SandboxUrls = Annotated[Optional[list[str]], typer.Option(
+    "--sandbox-url", metavar="URL", help="Sandbox service for tool calls (repeatable). Default: start a "
+                          "private one.")]
+PromptVariant = Annotated[Optional[str], typer.Option(
+    "--prompt-variant", **one_of(PROMPT_VARIANTS),
+    help="The agent's prompt: the paper's (rstar2) or its short form (short, what rstar2 demo "
+         "trains with). Default: the model's rstar2.json, else rstar2.")]
+
+
+def trained_card(model: str, tokenizer: str | None = None, base_url: str | None = None):
+    """The card (``rstar2.agent.card``) of the model a command is about to use: from its folder,
+    its tokenizer's folder, or the server that serves it; announced on stderr, since it changes
+    how the model is asked. None when there is none."""
+    from rstar2.agent.card import CardError, ModelCard, card_path, read_card
+
+    try:
+        for source in (model, tokenizer):
+            card = read_card(source)
+            if card is not None:
+                typer.echo(f"using {card_path(source)}: {card.summary()}", err=True)
+                return card
+    except CardError as error:
+        fail(error)
+    if base_url is None:
+        return None
+    served = served_model_entry(base_url).get("rstar2")
+    if not served:
+        return None
+    card = ModelCard.model_validate(served)
+    typer.echo(f"using the card {base_url} serves: {card.summary()}", err=True)
+    return card
+
+
+def served_model_entry(base_url: str) -> dict:
+    """The first entry of a server's ``/models`` listing; empty when it cannot be read (the
+    command then meets the server's error where it uses it)."""
+    import httpx
+
+    from rstar2.engines.openai import api_base
+
+    try:
+        listing = httpx.get(f"{api_base(base_url)}/models", timeout=10).json()
+        return (listing.get("data") or [{}])[0]
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return {}

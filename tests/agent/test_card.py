@@ -1,0 +1,88 @@
+"""A saved model remembers how it was trained (rstar2.json), and chat, eval and serve-model use
+it unless told otherwise: tried on a real folder saved from the real small model."""
+
+import json
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from rstar2.agent.card import CARD_FILE, CardError, new_card, read_card
+from rstar2.agent.prompt import PromptConfig
+from rstar2.cli import app
+from rstar2.cli.chat import chat_rollout_config
+from rstar2.cli.options import trained_card
+from rstar2.engines.server import create_app
+from rstar2.rl.policy import save_policy
+from tests.engines.serving import serving
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def trained_dir(hf_engine, tmp_path_factory):
+    """The real model saved the way `rstar2 train` saves final/, with a short-prompt card."""
+    card = new_card(PromptConfig(variant="short", tool_name="python"), max_response_tokens=24,
+                    max_turns=2, trained_by="test")
+    return save_policy(hf_engine.model, hf_engine.tokenizer,
+                       tmp_path_factory.mktemp("run") / "final", card)
+
+
+def test_the_card_lies_beside_the_weights(trained_dir):
+    card = read_card(str(trained_dir))
+    assert (trained_dir / "config.json").is_file() and (trained_dir / CARD_FILE).is_file()
+    assert (card.prompt.variant, card.prompt.tool_name) == ("short", "python")
+    assert card.tool["function"]["name"] == "python"
+    assert (card.max_response_tokens, card.max_turns, card.answer_tag) == (24, 2, True)
+    assert read_card("default") is None
+
+
+def test_a_broken_card_is_a_clear_error(tmp_path):
+    (tmp_path / CARD_FILE).write_text('{"prompt": {"variant": "long"}}')
+    with pytest.raises(CardError, match="rstar2.json: not a model card"):
+        read_card(str(tmp_path))
+
+
+def test_eval_asks_the_model_the_way_it_was_trained(trained_dir, tmp_path):
+    common = ["eval", "--bench", "gsm8k", "--limit", "1", "-n", "1", "--no-tools", "--quiet",
+              "--temperature", "0", "--model", str(trained_dir)]
+    result = runner.invoke(app, [*common, "--out", str(tmp_path / "card")])
+    assert result.exit_code == 0, result.output
+    assert f"using {trained_dir / CARD_FILE}: prompt short" in result.output
+    config = json.loads((tmp_path / "card" / "config.json").read_text())
+    assert (config["prompt"], config["tool_name"], config["max_tokens"], config["max_turns"]) == (
+        "short", "python", 24, 2)
+
+    told = runner.invoke(app, [*common, "--out", str(tmp_path / "told"), "--prompt-variant",
+                               "rstar2", "--max-tokens", "16", "--max-turns", "1"])
+    assert told.exit_code == 0, told.output
+    config = json.loads((tmp_path / "told" / "config.json").read_text())
+    assert (config["prompt"], config["max_tokens"], config["max_turns"]) == ("rstar2", 16, 1)
+
+
+def test_chat_uses_the_card_unless_told_otherwise(trained_dir, sandbox_url):
+    result = runner.invoke(app, ["chat", "--prompt", "What is 12345*6789?", "--model",
+                                 str(trained_dir), "--sandbox-url", sandbox_url,
+                                 "--temperature", "0", "--dtype", "float32"])
+    assert result.exit_code == 0, result.output
+    assert f"using {trained_dir / CARD_FILE}: prompt short, tool python" in result.output
+    card = read_card(str(trained_dir))
+    trained = chat_rollout_config(card, True, None, None, None, 0.0)
+    assert (trained.prompt.variant, trained.prompt.tool_name) == ("short", "python")
+    assert (trained.max_response_tokens, trained.max_turns) == (24, 2)
+    told = chat_rollout_config(card, True, "rstar2", 5, 100, 0.0)
+    assert (told.prompt.variant, told.max_turns, told.max_response_tokens) == ("rstar2", 5, 100)
+    assert chat_rollout_config(card, False, None, None, None, 0.0).prompt.variant == "no_tools"
+    plain = chat_rollout_config(None, True, None, None, None, 0.0)
+    assert (plain.prompt.variant, plain.max_turns) == ("rstar2", 10)
+
+
+def test_serve_model_serves_the_card_to_clients(hf_engine, trained_dir):
+    card = read_card(str(trained_dir))
+    with serving(create_app(hf_engine, "final", card.model_dump(mode="json"))) as url:
+        entry = httpx.get(f"{url}/models").json()["data"][0]
+        assert entry["id"] == "final" and entry["rstar2"]["prompt"]["variant"] == "short"
+        assert trained_card("final", None, url) == card  # a served name: the server's card
+    with serving(create_app(hf_engine, "smol")) as url:
+        assert "rstar2" not in httpx.get(f"{url}/models").json()["data"][0]
+        assert trained_card("smol", None, url) is None

@@ -1,0 +1,80 @@
+"""The README cannot drift from the code: every `rstar2 ...` command in its fenced blocks parses
+with the real CLI (options, choices, types, files that must exist), and every page it links
+exists; the same for the pages under docs/."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import typer
+
+from rstar2.cli import app
+
+REPO = Path(__file__).resolve().parents[2]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.M | re.S)
+COMMAND = re.compile(r"^(?:\.venv/bin/)?rstar2 (.*)$")
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+UsageError = typer.BadParameter.__base__  # typer's own click: what a command line that does not parse raises
+
+
+def fenced_commands(page: Path) -> list[str]:
+    """The `rstar2 ...` lines of a page's fenced blocks, continuation lines joined, without the
+    trailing comment or `&`."""
+    commands = []
+    for block in FENCE.findall(page.read_text()):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = re.sub(r"\s#(\s.*)?$", "", line).strip().removesuffix("&").strip()
+            for part in line.split("&&"):
+                match = COMMAND.match(part.strip())
+                if match:
+                    commands.append(match.group(1))
+    return commands
+
+
+def parse_only(argv: list[str]) -> typer.Context:
+    """Parse ``argv`` down to the leaf command the way `rstar2` would, without running it."""
+    command = typer.main.get_command(app)
+    context = command.make_context("rstar2", list(argv))
+    while hasattr(command, "resolve_command"):  # a group: descend to the sub-command
+        rest = [*context._protected_args, *context.args]
+        if not rest:
+            break
+        name, command, rest = command.resolve_command(context, rest)
+        context = command.make_context(name, rest, parent=context)
+    return context
+
+
+CASES = [(page.relative_to(REPO), command) for page in PAGES for command in fenced_commands(page)]
+
+
+def test_the_readme_shows_commands():
+    assert UsageError.__name__ == "UsageError"
+    assert sum(page == Path("README.md") for page, _ in CASES) >= 5
+
+
+@pytest.mark.parametrize(("page", "command"), CASES, ids=[f"{p}: {c[:40]}" for p, c in CASES])
+def test_documented_command_parses(page, command):
+    try:
+        parse_only(shlex.split(command))
+    except UsageError as error:
+        pytest.fail(f"{page}: `rstar2 {command}` does not parse: {error.format_message()}")
+
+
+def test_a_wrong_command_would_be_caught():
+    for wrong in (["eval", "--bench", "gsm8k", "--engine", "tpu"], ["chat", "--no-such-option"],
+                  ["train", "recipes/no-such.yaml"], ["sandbox", "serve", "--workers", "many"]):
+        with pytest.raises(UsageError):
+            parse_only(wrong)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(REPO)) for p in PAGES])
+def test_every_linked_page_exists(page):
+    for target in LINK.findall(page.read_text()):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue
+        path = (page.parent / target.split("#")[0]).resolve()
+        assert path.exists(), f"{page.relative_to(REPO)} links {target}, which does not exist"
