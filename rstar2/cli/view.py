@@ -4,7 +4,7 @@ from pathlib import Path
 
 import typer
 
-from rstar2.cli.app import app
+from rstar2.cli.app import app, fail
 
 
 @app.command()
@@ -28,19 +28,16 @@ def view(
 
     missing = [str(path) for path in run_dirs if not path.is_dir()]
     if missing:
-        typer.echo(f"error: no such folder: {', '.join(missing)}", err=True)
-        raise typer.Exit(2)
+        fail(f"no such folder: {', '.join(missing)}")
     if export is not None:
         from rstar2.view.export import export_html
 
         if len(run_dirs) != 1:
-            typer.echo("error: --export writes one run; give exactly one RUN_DIR", err=True)
-            raise typer.Exit(2)
+            fail("--export writes one run; give exactly one RUN_DIR")
         try:
             out = export_html(run_dirs[0], export, step)
         except ViewError as error:
-            typer.echo(f"error: {error}", err=True)
-            raise typer.Exit(2) from error
+            fail(error)
         typer.echo(f"wrote {out}")
         return
     import uvicorn

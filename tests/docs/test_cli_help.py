@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from rstar2.cli import app
 
 COMMANDS = [["demo"], ["train"], ["eval"], ["eval", "compare"], ["grade"], ["chat"],
-            ["serve-model"], ["sandbox", "serve"], ["data", "decontaminate"]]
+            ["serve-model"], ["sandbox", "serve"], ["data", "decontaminate"], ["view"]]
 OPTION_LINE = re.compile(r"^  (-\S.*?)  +(\S.*)$")
 
 
