@@ -55,7 +55,7 @@ def chat(
     from rstar2.engines.factory import EngineSpec, open_engine
 
     try:
-        spec = EngineSpec(kind=check_engine_kind(engine), model=model, base_url=base_url, tokenizer=tokenizer,
+        spec = EngineSpec(kind=engine, model=model, base_url=base_url, tokenizer=tokenizer,
                           dtype=dtype)
         card = trained_card(model, tokenizer, base_url)
         config = chat_rollout_config(card, tools, prompt_variant, max_turns, max_tokens,

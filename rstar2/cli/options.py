@@ -2,8 +2,9 @@
 sandbox), declared once so that every command spells and explains them the same way.
 
 ``trained_card`` finds how the model was trained to be prompted (its ``rstar2.json``), which
-chat and eval use where no option says otherwise. The engine kinds and dtypes are read off ``rstar2.engines.factory.EngineSpec`` (the one
-vocabulary), so a new kind there shows up in every command's ``--engine`` choices.
+chat and eval use where no option says otherwise. The engine kinds
+(``rstar2.engines.factory.ENGINE_KINDS``, the one vocabulary) and dtypes are the factory's, so a
+new kind there shows up in every command's ``--engine`` choices.
 """
 
 from __future__ import annotations
@@ -14,9 +15,8 @@ import typer
 
 from rstar2.agent.prompt import PromptConfig
 from rstar2.cli.app import fail
-from rstar2.engines.factory import EngineSpec
+from rstar2.engines.factory import ENGINE_KINDS, EngineSpec
 
-ENGINE_KINDS: tuple[str, ...] = get_args(EngineSpec.model_fields["kind"].annotation)
 DEFAULT_ENGINE: str = EngineSpec.model_fields["kind"].default
 DTYPES: tuple[str, ...] = get_args(EngineSpec.model_fields["dtype"].annotation)
 DEFAULT_DTYPE: str = EngineSpec.model_fields["dtype"].default
@@ -26,12 +26,12 @@ PROMPT_VARIANTS: tuple[str, ...] = tuple(  # the variants with the tool; --no-to
     if PromptConfig(variant=variant).tools_enabled)
 
 
-def one_of(choices: tuple[str, ...]) -> dict:
-    """Option settings that accept only ``choices`` (and show them as the metavar), passing the
-    value on as a plain string."""
+def one_of(choices: tuple[str, ...], what: str) -> dict:
+    """Option settings that accept only ``choices`` (shown as the metavar) and refuse anything
+    else in one line, passing the value on as a plain string."""
     def parse(value: str) -> str:
         if value not in choices:
-            raise typer.BadParameter(f"{value!r} is not one of {', '.join(choices)}")
+            fail(f"unknown {what} {value!r}: choose one of {', '.join(choices)}")
         return value
 
     return {"parser": parse, "metavar": "[" + "|".join(choices) + "]"}
@@ -42,7 +42,7 @@ Model = Annotated[str, typer.Option(
     help="'default' (the embedded SmolLM2-135M-Instruct), a model directory such as "
          "runs/<run>/final, or a .gguf file; with --engine openai also a served model's name.")]
 Engine = Annotated[str, typer.Option(
-    "--engine", **one_of(ENGINE_KINDS),
+    "--engine", **one_of(ENGINE_KINDS, "engine"),
     help="Where the model runs: in this process (hf), behind an OpenAI-compatible server at "
          "--base-url (openai: vLLM, SGLang, rstar2 serve-model), or in-process vLLM on a GPU.")]
 BaseUrl = Annotated[Optional[str], typer.Option(
@@ -51,12 +51,12 @@ Tokenizer = Annotated[Optional[str], typer.Option(
     "--tokenizer", metavar="DIR", help="Local model directory whose tokenizer to use when --model is a "
                         "served name.")]
 Dtype = Annotated[str, typer.Option(
-    "--dtype", **one_of(DTYPES), help="Weights dtype of an in-process model.")]
+    "--dtype", **one_of(DTYPES, "dtype"), help="Weights dtype of an in-process model.")]
 SandboxUrls = Annotated[Optional[list[str]], typer.Option(
     "--sandbox-url", metavar="URL", help="Sandbox service for tool calls (repeatable). Default: start a "
                           "private one.")]
 PromptVariant = Annotated[Optional[str], typer.Option(
-    "--prompt-variant", **one_of(PROMPT_VARIANTS),
+    "--prompt-variant", **one_of(PROMPT_VARIANTS, "prompt variant"),
     help="The agent's prompt: the paper's (rstar2) or its short form (short, what rstar2 demo "
          "trains with). Default: the model's rstar2.json, else rstar2.")]
 

@@ -58,6 +58,6 @@ def test_bad_options_fail_clearly():
     no_url = runner.invoke(app, ["chat", "--prompt", "x", "--engine", "openai"])
     assert no_url.exit_code == 2 and "--base-url" in no_url.output
     bad_engine = runner.invoke(app, ["chat", "--prompt", "x", "--engine", "tpu"])
-    assert bad_engine.exit_code == 2 and "'tpu' is not one of" in bad_engine.output
+    assert bad_engine.exit_code == 2 and "unknown engine 'tpu': choose one of hf" in bad_engine.output
     serve = runner.invoke(app, ["serve-model", "--model", "/no/such/model"])
     assert serve.exit_code == 2 and "not found" in serve.output
