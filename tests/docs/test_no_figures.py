@@ -14,7 +14,7 @@ DATA = REPO / "rstar2" / "data" / "benchmarks"  # benchmark problems, not our te
 
 FIGURE = re.compile(
     r"\b(tok|tokens|calls|outputs|samples|rollouts|steps)/s\b"  # throughput
-    r"|\bminutes?\b"
+    r"|\bminutes?\b(?!\s*=)"  # prose, not timedelta(minutes=10)
     r"|\d\s?s per\b|\bms per\b|\d\s?ms\b|\d\s?s/step\b"  # latency, step time
     r"|~\s?\d+(\.\d+)?\s?(s|seconds|min)\b"  # "takes ~20 s", "~60 min"
     r"|\d(\.\d+)?\s?[x×] (faster|slower|cheaper)\b",  # measured speed-ups
@@ -40,6 +40,6 @@ def test_the_pattern_catches_figures_and_spares_plain_text():
               "which takes ~20 s", "(~60 min)", "measured 1.8x faster", "3.3× slower"]
     spared = ["stop tokens/strings", "rollouts/step_N.jsonl", "f'{x:.1f} s/step'",
               "tool_timeout_s: 4.0", "deadline_s=2.0", "Wall-clock limit of one tool call (4 s)",
-              "a 2 MiB page", "time/step"]
+              "a 2 MiB page", "time/step", "timedelta(minutes=10)"]
     assert [text for text in caught if not FIGURE.search(text)] == []
     assert [text for text in spared if FIGURE.search(text)] == []
