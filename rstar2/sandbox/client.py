@@ -14,6 +14,10 @@ Failure policy, which is deliberately loud:
   ``retries`` times (a call may then run twice: snippets are expected to be repeatable);
 * anything else, or retries exhausted -> ``SandboxUnavailable`` / ``SandboxError`` raised to
   every caller of the batch. A service that cannot be reached never becomes a fake tool output.
+
+The HTTP client is aiohttp's: measured on the same service, it costs the caller about a third
+of the CPU time per request that httpx did (see docs/sandbox-cluster.md), and at concurrency 1
+that time is on every tool call's latency.
 """
 
 from __future__ import annotations
@@ -25,11 +29,13 @@ import random
 import time
 from collections.abc import Sequence
 
-import httpx
+import aiohttp
 
 from rstar2.sandbox.protocol import RunRequest, RunResult
 
 DOWN_FOR_S = 5.0
+# A server refused, reset or dropped the connection, or cut a result stream short.
+TRANSPORT_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError)
 
 
 class SandboxError(RuntimeError):
@@ -64,7 +70,8 @@ class SandboxClient:
         self.backoff_s = backoff_s
         self.overload_wait_s = overload_wait_s
         self.slots = asyncio.Semaphore(max_concurrency)
-        self.http = httpx.AsyncClient(timeout=http_timeout_s, limits=httpx.Limits(max_connections=64))
+        self.http_timeout_s = http_timeout_s
+        self.session: aiohttp.ClientSession | None = None  # made in the event loop, on first use
         self.next_url = itertools.cycle(range(len(self.urls)))
         self.down_until = [0.0] * len(self.urls)
         self.pending: list[tuple[RunRequest, asyncio.Future]] = []
@@ -80,7 +87,9 @@ class SandboxClient:
     async def close(self) -> None:
         if self.in_flight:
             await asyncio.gather(*self.in_flight, return_exceptions=True)
-        await self.http.aclose()
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
 
     async def run(self, code: str, stdin: str = "", timeout_s: float | None = None) -> RunResult:
         """Run one snippet; raises SandboxUnavailable when no server can run it."""
@@ -132,6 +141,18 @@ class SandboxClient:
                 return index
         return min(range(len(self.urls)), key=self.down_until.__getitem__)
 
+    def open_stream(self, url: str, body: dict):
+        """POST a batch to one server, asking for results streamed as they finish."""
+        if self.session is None:
+            self.session = aiohttp.ClientSession(
+                # A limit on each wait for bytes, not on the whole stream: a batch's results
+                # may keep arriving for longer than any one wait.
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.http_timeout_s,
+                                              sock_read=self.http_timeout_s),
+                connector=aiohttp.TCPConnector(limit=64),
+            )
+        return self.session.post(f"{url}/run_batch", params={"stream": "true"}, json=body)
+
     async def stream_batch(self, unanswered: dict[int, tuple[RunRequest, asyncio.Future]]) -> None:
         """Send the unanswered calls to a server until all are answered (see module docstring).
 
@@ -146,22 +167,17 @@ class SandboxClient:
             server = self.pick_server()
             url = self.urls[server]
             try:
-                async with self.http.stream("POST", f"{url}/run_batch", params={"stream": "true"}, json=body) as response:
-                    if response.status_code == 503:
+                async with self.open_stream(url, body) as response:
+                    if response.status == 503:
                         if time.monotonic() > overload_deadline:
                             raise SandboxUnavailable(f"sandbox servers overloaded for {self.overload_wait_s:g}s")
                         await asyncio.sleep(float(response.headers.get("Retry-After", 1)) * random.uniform(0.5, 1.5))
                         continue
-                    if response.status_code != 200:
-                        text = (await response.aread()).decode(errors="replace")
-                        raise SandboxError(f"{url}/run_batch answered {response.status_code}: {text[:500]}")
-                    async for line in response.aiter_lines():
-                        if line:
-                            answer = json.loads(line)
-                            _, future = unanswered.pop(order[answer["index"]])
-                            if not future.done():
-                                future.set_result(RunResult(**answer["result"]))
-            except httpx.TransportError as error:
+                    if response.status != 200:
+                        text = (await response.read()).decode(errors="replace")
+                        raise SandboxError(f"{url}/run_batch answered {response.status}: {text[:500]}")
+                    await self.take_results(response, unanswered, order)
+            except TRANSPORT_ERRORS as error:
                 self.down_until[server] = time.monotonic() + DOWN_FOR_S
                 errors.append(f"{url}: {type(error).__name__}: {error}")
                 transport_failures += 1
@@ -174,3 +190,16 @@ class SandboxClient:
                 continue
             if unanswered and len(unanswered) == len(order):
                 raise SandboxError(f"{url} closed the result stream without answering")
+
+    @staticmethod
+    async def take_results(response: aiohttp.ClientResponse, unanswered: dict, order: list[int]) -> None:
+        """Hand each streamed result line to its caller as it arrives."""
+        pending = b""
+        async for chunk in response.content.iter_any():
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                if line:
+                    answer = json.loads(line)
+                    _, future = unanswered.pop(order[answer["index"]])
+                    if not future.done():
+                        future.set_result(RunResult(**answer["result"]))

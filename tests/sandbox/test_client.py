@@ -37,13 +37,13 @@ async def test_calls_spread_over_servers_and_survive_one_down():
     with local_sandbox(workers=1) as first, local_sandbox(workers=1) as second:
         async with SandboxClient([dead, first, second], max_batch=4, backoff_s=0.01) as client:
             served = []
-            original = client.http.stream
+            original = client.open_stream
 
-            def spy(method, url, **kwargs):
-                served.append(url.rsplit("/", 1)[0])
-                return original(method, url, **kwargs)
+            def spy(url, body):
+                served.append(url)
+                return original(url, body)
 
-            client.http.stream = spy
+            client.open_stream = spy
             results = await asyncio.gather(*(client.run(f"print({i})") for i in range(40)))
             first_wave = len(served)
             again = await asyncio.gather(*(client.run(f"print({i})") for i in range(40)))
