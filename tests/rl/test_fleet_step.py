@@ -91,11 +91,16 @@ def test_a_member_dying_mid_step_loses_no_rollout(tmp_path, rl_data, sandbox_url
     assert fleet.reruns >= 1 and not fleet.scheduler.members[0].alive
 
 
-def test_a_step_on_two_serve_model_servers(tmp_path, rl_data, sandbox_url):  # noqa: F811
+@pytest.mark.parametrize("policy", ["kv_aware", "least_loaded", "static"])
+def test_a_step_on_two_serve_model_servers(tmp_path, rl_data, sandbox_url, policy):  # noqa: F811
     engines = member_engines(budget=2 * 400)
-    with serve(engines) as (servers, urls):
-        fleet, loads = one_step(tmp_path, rl_data, sandbox_url, [HTTPMember(u) for u in urls],
-                                "kv_aware", engines[0].tokenizer)
+    try:
+        with serve(engines) as (servers, urls):
+            fleet, loads = one_step(tmp_path, rl_data, sandbox_url, [HTTPMember(u) for u in urls],
+                                    policy, engines[0].tokenizer)
+    finally:
+        for e in engines:
+            e.shutdown()
     assert all(e.load().kv_peak_tokens > 0 for e in engines)
     assert [load.kv_capacity_tokens for load in loads] == [800, 800]
 
