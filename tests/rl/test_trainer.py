@@ -19,6 +19,7 @@ from rstar2.reward import Grader
 from rstar2.rl.config import validate_config
 from rstar2.rl.launch import build_trainer
 from rstar2.rl.policy import load_policy
+from rstar2.rl.prompt_order import PromptOrder
 from rstar2.rl.runlog import read_metrics
 from rstar2.sandbox import SandboxClient
 from rstar2.sft.dataset import sft_traces, split_tasks, write_problems
@@ -133,3 +134,20 @@ def test_two_steps_after_sft_change_the_weights_and_resume_continues(tmp_path, s
     assert all(torch.equal(after[name], resumed_weights[name]) for name in after)
     assert (resumed.learner.optimizer.state_dict()["state"].keys()
             == trainer.learner.optimizer.state_dict()["state"].keys())
+
+
+def test_restore_takes_the_step_and_data_position_from_the_learners_checkpoint(tmp_path, rl_data, sandbox_url):
+    config = make_config(tmp_path, rl_data, steps=1, prompts_per_step=1, group_size=2, max_tokens=8)
+    model = load_policy(config.model)
+    engine = HFEngine(HFEngineConfig(dtype="float32", max_batch_size=4), model=model)
+    try:
+        trainer = asyncio.run(train(config, model, engine, sandbox_url))
+        longer = config.model_copy(update={"rl": config.rl.model_copy(update={"steps": 2})})
+        resumed = build_trainer(longer, load_policy(config.model), engine.tokenizer, engine, None, None,
+                                read_problems(rl_data))
+        resumed.restore(resume=True)
+    finally:
+        engine.shutdown()
+    assert resumed.completed_steps == 1 and trainer.completed_steps == 1
+    fresh = PromptOrder(len(resumed.problems), config.seed)
+    assert resumed.order.position() == trainer.order.position() != fresh.position()
