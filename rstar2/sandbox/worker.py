@@ -9,8 +9,9 @@ Contract of one call, as enforced here:
 
 * fresh process per call, started in a fresh empty directory under the private ``/tmp``
   that is deleted afterwards; no state survives from one call to the next. The process is
-  forked ahead, once the previous call is cleaned up, and waits for its request: the fork
-  is then off the call's latency path (``fork_standby``);
+  forked ahead, once the previous call is cleaned up and when no request is already
+  waiting, and waits for its request: the fork is then off the call's latency path
+  (``fork_standby``);
 * rlimits set before the snippet runs and not raisable by it (hard = soft; the child also
   drops to an unprivileged uid when the worker runs as root): CPU seconds, address space,
   processes, file size, open files, no core dumps;
@@ -38,6 +39,7 @@ import gc
 import json
 import os
 import resource
+import select
 import selectors
 import shutil
 import signal
@@ -517,12 +519,25 @@ def clean_up_after(cfg: argparse.Namespace, pipes: list[int]) -> None:
 # ---------------------------------------------------------------- protocol with the service
 
 
+def read_exactly(stream, size: int) -> bytes:
+    """``size`` bytes from an unbuffered stream (fewer only at end of file)."""
+    data = bytearray()
+    while len(data) < size and (chunk := stream.read(size - len(data))):
+        data += chunk
+    return bytes(data)
+
+
 def read_message(stream) -> dict | None:
-    header = stream.read(4)
+    header = read_exactly(stream, 4)
     if len(header) < 4:
         return None
     (size,) = struct.unpack(">I", header)
-    return json.loads(stream.read(size))
+    return json.loads(read_exactly(stream, size))
+
+
+def request_waiting(stream) -> bool:
+    """Whether the service has already sent the next request (the worker will not idle)."""
+    return bool(select.select([stream], [], [], 0)[0])
 
 
 def write_message(stream, message: dict) -> None:
@@ -548,7 +563,7 @@ def main(argv: list[str]) -> None:
     os.environ["MPLBACKEND"] = "Agg"
     cfg = parse_args(argv)
     # The service talks on our stdin/stdout; move them out of the way of the snippets.
-    control_in = os.fdopen(os.dup(0), "rb")
+    control_in = os.fdopen(os.dup(0), "rb", buffering=0)  # unbuffered: `request_waiting` sees all
     control_out = os.fdopen(os.dup(1), "wb")
     cfg.control_fds = (control_in.fileno(), control_out.fileno())
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -571,11 +586,14 @@ def main(argv: list[str]) -> None:
     standby = fork_standby(cfg)
     write_message(control_out, {"ready": True})
     while (request := read_message(control_in)) is not None:
-        outcome, pipes = run_call(cfg, standby, request)
+        outcome, pipes = run_call(cfg, standby or fork_standby(cfg), request)
         write_message(control_out, outcome)
         del request, outcome  # the next child is forked from this state: nothing of this call in it
         clean_up_after(cfg, pipes)
-        standby = fork_standby(cfg)
+        # Fork ahead only when the worker would idle: a child alive while the worker works
+        # makes each page the worker writes a copy-on-write fault, so under full load the
+        # next child is forked on demand as before.
+        standby = None if request_waiting(control_in) else fork_standby(cfg)
 
 
 if __name__ == "__main__":

@@ -27,9 +27,10 @@ def service_pid(url: str) -> int:
     raise LookupError(f"no sandbox service on port {port}")
 
 
-def descendants(pid: int) -> list[int]:
-    """Every live process below pid (bwrap, workers, and anything a call left behind)."""
-    parents = parent_pids()
+def descendants(pid: int, parents: dict[int, int] | None = None) -> list[int]:
+    """Every live process below pid (bwrap, workers, and anything a call left behind), from
+    one snapshot of the process table (``parents``, taken now when not given)."""
+    parents = parent_pids() if parents is None else parents
     found, frontier = [], [pid]
     while frontier:
         current = frontier.pop()
@@ -50,4 +51,6 @@ def worker_pids(url: str) -> list[int]:
             return False
         return "bwrap" not in os.path.basename(argv[0].decode()) and any(a.endswith(b"worker.py") for a in argv)
 
-    return [pid for pid in descendants(service_pid(url)) if runs_worker(pid) and not runs_worker(parents.get(pid, 0))]
+    # One snapshot for both: a child forked between two snapshots would look parentless.
+    return [pid for pid in descendants(service_pid(url), parents)
+            if runs_worker(pid) and not runs_worker(parents.get(pid, 0))]
