@@ -55,6 +55,8 @@ class EvalSettings(BaseModel):
     base_url: str | None = Field(None, description="The server's /v1 URL for --engine openai.")
     tokenizer: str | None = Field(None, description="Local model whose tokenizer to use when `model` "
                                   "is a served name (--engine openai).")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "bfloat16", description="Weights dtype of an in-process model (--engine hf or vllm).")
     n: int = Field(16, ge=1, description="Samples per problem.")
     temperature: float = Field(0.6, ge=0.0, description="Sampling temperature.")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
@@ -72,8 +74,8 @@ class EvalSettings(BaseModel):
 
 
 # A resumed run must not mix samples drawn or graded under different settings.
-FIXED_FIELDS = ("model", "engine", "temperature", "top_p", "max_tokens", "max_turns", "tools", "prompt",
-                "tool_name", "answer_tag")
+FIXED_FIELDS = ("model", "engine", "dtype", "temperature", "top_p", "max_tokens", "max_turns", "tools",
+                "prompt", "tool_name", "answer_tag")
 
 
 class RunConflict(RuntimeError):
