@@ -208,10 +208,13 @@ def set_limits(cfg: argparse.Namespace, timeout_s: float) -> None:
 
 
 def read_request(request_r: int) -> dict:
-    """The standby child's request: everything the worker writes before closing the pipe."""
+    """The standby child's request: everything the worker writes before closing the pipe.
+    Nothing at all means the worker went away without a call for us: exit quietly."""
     data = bytearray()
     while chunk := os.read(request_r, 1 << 20):
         data += chunk
+    if not data:
+        os._exit(0)
     os.close(request_r)
     return json.loads(data)
 
