@@ -5,6 +5,7 @@ Run (heavy, a few minutes; take the shared lock so no other heavy job skews the 
     flock /tmp/rstar2-heavy.lock .venv/bin/python benchmarks/rollout_bench.py
     flock /tmp/rstar2-heavy.lock .venv/bin/python benchmarks/rollout_bench.py \
         --batch-sizes 32 --dtypes bfloat16 --new-tokens 256 --rollouts 32
+    .venv/bin/python benchmarks/rollout_bench.py --device cuda --skip-rollouts   # one GPU
 
 Part 1, tokens/s end to end (prefill included) at each batch size and dtype: B different
 questions in the paper's prompt (~450 tokens, the system prompt shared), 256 new tokens each
@@ -12,6 +13,12 @@ questions in the paper's prompt (~450 tokens, the system prompt shared), 256 new
 
 * ``generate``: ``model.generate`` on a left-padded batch (SDPA attention, dynamic cache);
 * ``HFEngine``: a fresh engine (nothing cached) fed the same token ids concurrently.
+
+Both run on ``--device`` (on CUDA: batches 1, 32 and 128 by default, the engine's flat
+attention with CUDA graphs; graphs are captured by an untimed warm-up pass at each size).
+Each is timed ``--repeats`` times (default 1 on the CPU, 3 on a GPU, where ``generate``'s own
+timings vary from run to run), and the minimum and median seconds are printed; the speed-up
+is best against best, and ``ms/step`` is the engine's best time divided by the new tokens.
 
 Part 2, rollouts/s of a tool-using batch: the agent loop on HFEngine with a local sandbox.
 The base model rarely calls the tool on its own, so each rollout's first turn is scripted:
@@ -25,12 +32,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import statistics
 import time
 
 import torch
 
 from rstar2.agent.prompt import ChatFormat
 from rstar2.engines.base import SamplingParams
+from rstar2.engines.device import device_note, resolve_device
 from rstar2.engines.hf import HFEngine, HFEngineConfig
 from rstar2.engines.loading import load_model, load_tokenizer, set_cpu_threads
 
@@ -50,17 +59,24 @@ def questions(count: int) -> list[str]:
     return [QUESTIONS[i % len(QUESTIONS)] + " " * (i // len(QUESTIONS)) for i in range(count)]
 
 
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def plain_generate(model, tokenizer, prompts: list[list[int]], new_tokens: int) -> float:
     """Seconds for ``model.generate`` on the batch (left padded), exactly ``new_tokens`` each."""
     width = max(map(len, prompts))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=model.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=model.device)
+    synchronize(model.device)
     start = time.perf_counter()
     with torch.inference_mode():
         model.generate(ids, attention_mask=mask, do_sample=True, temperature=1.0, top_p=1.0,
                        top_k=0, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
                        pad_token_id=pad)
+    synchronize(model.device)
     return time.perf_counter() - start
 
 
@@ -75,16 +91,23 @@ def engine_generate(engine: HFEngine, prompts: list[list[int]], new_tokens: int)
     return elapsed
 
 
+def timed(run, repeats: int) -> tuple[float, float]:
+    """Minimum and median seconds of ``repeats`` calls of ``run``."""
+    seconds = sorted(run() for _ in range(repeats))
+    return seconds[0], statistics.median(seconds)
+
+
 def bench_generation(args) -> None:
     tokenizer = load_tokenizer(args.model)
     chat = ChatFormat(tokenizer)
-    print(f"prompt tokens: {len(chat.prompt_ids(QUESTIONS[0]))}, threads: "
-          f"{torch.get_num_threads()}, new tokens: {args.new_tokens}")
-    print(f"{'dtype':9} {'batch':>5} {'generate s':>11} {'tok/s':>7} {'HFEngine s':>11} "
-          f"{'tok/s':>7} {'speed-up':>8}")
+    device = resolve_device(args.device)
+    print(f"{device_note(args.device)}, prompt tokens: {len(chat.prompt_ids(QUESTIONS[0]))}, "
+          f"threads: {torch.get_num_threads()}, new tokens: {args.new_tokens}, repeats: {args.repeats}")
+    print(f"{'dtype':9} {'batch':>5} {'generate s min/med':>19} {'tok/s':>7} "
+          f"{'HFEngine s min/med':>19} {'tok/s':>7} {'speed-up':>8} {'ms/step':>7}")
     for dtype in args.dtypes:
-        model = load_model(args.model, dtype)
-        engine = HFEngine(HFEngineConfig(model=args.model, dtype=dtype,
+        model = load_model(args.model, dtype, device)
+        engine = HFEngine(HFEngineConfig(model=args.model, dtype=dtype, device=str(device),
                                          max_batch_size=max(args.batch_sizes)))
         warm = [chat.prompt_ids(QUESTIONS[0])]
         plain_generate(model, tokenizer, warm, 4)
@@ -92,10 +115,15 @@ def bench_generation(args) -> None:
         for batch in args.batch_sizes:
             prompts = [chat.prompt_ids(q) for q in questions(batch)]
             tokens = batch * args.new_tokens
-            plain = plain_generate(model, tokenizer, prompts, args.new_tokens)
-            ours = engine_generate(engine, prompts, args.new_tokens)
-            print(f"{dtype:9} {batch:5d} {plain:11.1f} {tokens / plain:7.1f} {ours:11.1f} "
-                  f"{tokens / ours:7.1f} {plain / ours:7.2f}x", flush=True)
+            if device.type == "cuda":  # capture this size's graphs outside the timings
+                engine_generate(engine, prompts, args.new_tokens)
+            plain, plain_median = timed(lambda: plain_generate(model, tokenizer, prompts, args.new_tokens),
+                                        args.repeats)
+            ours, ours_median = timed(lambda: engine_generate(engine, prompts, args.new_tokens),
+                                      args.repeats)
+            print(f"{dtype:9} {batch:5d} {plain:9.2f}/{plain_median:<9.2f} {tokens / plain:7.1f} "
+                  f"{ours:9.2f}/{ours_median:<9.2f} {tokens / ours:7.1f} {plain / ours:7.2f}x "
+                  f"{1000 * ours / args.new_tokens:7.1f}", flush=True)
         engine.shutdown()
         del model
 
@@ -105,7 +133,7 @@ def bench_rollouts(args) -> None:
     from rstar2.agent.rollout import Agent, RolloutConfig
     from rstar2.sandbox import SandboxClient, local_sandbox
 
-    engine = HFEngine(HFEngineConfig(model=args.model, dtype=args.dtypes[-1],
+    engine = HFEngine(HFEngineConfig(model=args.model, dtype=args.dtypes[-1], device=args.device,
                                      max_batch_size=args.rollouts))
     config = RolloutConfig(temperature=1.0, max_turns=4, max_response_tokens=args.new_tokens)
 
@@ -135,13 +163,20 @@ def bench_rollouts(args) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="default")
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto.")
+    parser.add_argument("--batch-sizes", type=int, nargs="+",
+                        help="Default: 1 8 32 on the CPU, 1 32 128 on a GPU.")
+    parser.add_argument("--repeats", type=int, help="Timings per measurement (min and median "
+                        "are printed). Default: 1 on the CPU, 3 on a GPU.")
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--rollouts", type=int, default=32, help="Batch of tool rollouts.")
     parser.add_argument("--skip-generation", action="store_true")
     parser.add_argument("--skip-rollouts", action="store_true")
     args = parser.parse_args()
+    on_gpu = resolve_device(args.device).type == "cuda"
+    args.batch_sizes = args.batch_sizes or ([1, 32, 128] if on_gpu else [1, 8, 32])
+    args.repeats = args.repeats or (3 if on_gpu else 1)
     set_cpu_threads()
     if not args.skip_generation:
         bench_generation(args)

@@ -15,7 +15,8 @@ from rich.text import Text
 
 from rstar2.cli.app import app, fail
 from rstar2.cli.options import (DEFAULT_DTYPE, DEFAULT_ENGINE, DEFAULT_MODEL, BaseUrl, Dtype, Engine,
-                                 Model, PromptVariant, SandboxUrls, Tokenizer, trained_card)
+                                 Device, Model, PromptVariant, SandboxUrls, Tokenizer, announce_device,
+                                 trained_card)
 
 console = Console()
 SPECIAL_TOKEN = re.compile(r"<\|[^|<>\s]+\|>")  # ChatML's <|im_end|> and the like
@@ -45,6 +46,7 @@ def chat(
     temperature: float = typer.Option(0.6, "--temperature", min=0.0, help="Sampling "
                                       "temperature (0 = greedy)."),
     dtype: Dtype = DEFAULT_DTYPE,
+    device: Device = "auto",
 ) -> None:
     """Chat with a model that reasons in <reason> tags and can run Python in the sandbox.
 
@@ -54,9 +56,11 @@ def chat(
     """
     from rstar2.engines.factory import EngineSpec, open_engine
 
+    if engine == "hf":
+        announce_device(device)
     try:
         spec = EngineSpec(kind=engine, model=model, base_url=base_url, tokenizer=tokenizer,
-                          dtype=dtype)
+                          dtype=dtype, device=device)
         card = trained_card(model, tokenizer, base_url)
         config = chat_rollout_config(card, tools, prompt_variant, max_turns, max_tokens,
                                      temperature)
@@ -166,6 +170,7 @@ def serve_model(
                                          help="KV tokens the running requests may hold; more "
                                          "wait (reported at /metrics as the KV capacity). "
                                          "Default: max batch size x the model's context."),
+    device: Device = "auto",
 ) -> None:
     """Serve a model with the embedded engine over an OpenAI-compatible API (/v1/completions
     with token-id prompts, token ids and log-probs back), for `--engine openai` clients and
@@ -176,10 +181,11 @@ def serve_model(
     from rstar2.engines.hf import HFEngine, HFEngineConfig
     from rstar2.engines.server import create_app
 
+    announce_device(device)
     try:
         card = trained_card(model)
         config = HFEngineConfig(model=model, dtype=dtype, max_batch_size=max_batch_size,
-                                kv_budget_tokens=kv_budget_tokens)
+                                kv_budget_tokens=kv_budget_tokens, device=device)
         with console.status("loading the model"):
             engine = HFEngine(config)
     except ValueError as exc:

@@ -1,4 +1,4 @@
-"""`rstar2 demo`: the paper's recipe in miniature (SFT, GRPO-RoC, evaluation) on CPU."""
+"""`rstar2 demo`: the paper's recipe in miniature (SFT, GRPO-RoC, evaluation) on CPU or one GPU."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from rstar2.cli.app import app, fail
+from rstar2.cli.options import RecipeDevice, announce_device
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 NAMED_RECIPES = {"cpu-demo": RECIPES / "cpu-demo.yaml", "gsm8k": RECIPES / "gsm8k-cpu.yaml"}
@@ -22,6 +23,7 @@ def demo(
                                         "e.g. --set rl.roc.mode=off --set rl.steps=20."),
     sft_model: str = typer.Option(None, "--sft-model", help="Skip the SFT and start RL from this model "
                                   "directory (an earlier demo's runs/<name>/sft), e.g. to compare RL settings."),
+    device: RecipeDevice = None,
 ) -> None:
     """Teach SmolLM2-135M-Instruct to solve problems with the Python tool on a CPU:
     (1) a short SFT on tool-use traces made with the real sandbox, (2) GRPO-RoC on problems the
@@ -34,9 +36,11 @@ def demo(
     from rstar2.rl.config import ConfigError, read_recipe
 
     path = NAMED_RECIPES.get(recipe, Path(recipe))
-    settings = list(overrides or [])
+    settings = [*(overrides or []), *([f"model.device={device}"] if device else [])]
     try:
-        if SECTION in read_recipe(path):
+        tree = read_recipe(path, settings)
+        announce_device(str((tree.get("model") or {}).get("device", "auto")))
+        if SECTION in tree:
             run_gsm8k(path, settings + ([f"{SECTION}.sft_model={sft_model}"] if sft_model else []), name)
         else:
             run_demo(DemoSettings(recipe=str(path), name=name, overrides=settings, sft_model=sft_model))

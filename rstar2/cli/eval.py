@@ -9,7 +9,8 @@ import typer
 from rstar2.cli.app import command_group, fail
 from rstar2.cli.data import DATA_DIR_HELP
 from rstar2.cli.options import (DEFAULT_DTYPE, DEFAULT_ENGINE, DEFAULT_MODEL, BaseUrl, Dtype, Engine, Model,
-                                PromptVariant, SandboxUrls, Tokenizer, trained_card)
+                                Device, PromptVariant, SandboxUrls, Tokenizer, announce_device,
+                                trained_card)
 
 eval_app = command_group(
     "eval",
@@ -35,6 +36,7 @@ def evaluate(
     base_url: BaseUrl = None,
     tokenizer: Tokenizer = None,
     dtype: Dtype = DEFAULT_DTYPE,
+    device: Device = "auto",
     n: int = typer.Option(16, "-n", min=1, help="Samples per problem."),
     temperature: float = typer.Option(0.6, "--temperature", min=0.0, help="Sampling temperature."),
     top_p: float = typer.Option(1.0, "--top-p", min=0.0, max=1.0, help="Nucleus sampling mass "
@@ -77,12 +79,14 @@ def evaluate(
     from rstar2.eval.launch import RunFailed, default_out_dir, evaluate_and_report
     from rstar2.eval.runner import EvalSettings, RunConflict
 
+    if engine == "hf":
+        announce_device(device)
     card = trained_card(model, tokenizer, base_url)
     trained = card.prompt if card else PromptConfig()
     try:
         settings = EvalSettings(
             benchmarks=split_specs(bench), model=model, engine=engine, base_url=base_url, tokenizer=tokenizer,
-            dtype=dtype, n=n, temperature=temperature, top_p=top_p,
+            dtype=dtype, device=device, n=n, temperature=temperature, top_p=top_p,
             max_tokens=max_tokens or (card.max_response_tokens if card else PAPER_LIMITS["max_tokens"]),
             max_turns=max_turns or (card.max_turns if card else PAPER_LIMITS["max_turns"]),
             tools=tools, prompt=prompt_variant or trained.variant, tool_name=trained.tool_name,

@@ -15,6 +15,7 @@ import typer
 
 from rstar2.agent.prompt import PromptConfig
 from rstar2.cli.app import fail
+from rstar2.engines.device import DEVICE_HELP
 from rstar2.engines.factory import ENGINE_KINDS, EngineSpec
 
 DEFAULT_ENGINE: str = EngineSpec.model_fields["kind"].default
@@ -55,6 +56,24 @@ Dtype = Annotated[str, typer.Option(
 SandboxUrls = Annotated[Optional[list[str]], typer.Option(
     "--sandbox-url", metavar="URL", help="Sandbox service for tool calls (repeatable). Default: start a "
                           "private one.")]
+Device = Annotated[str, typer.Option(
+    "--device", metavar="DEVICE", help="Where an in-process model runs: " + DEVICE_HELP)]
+RecipeDevice = Annotated[Optional[str], typer.Option(
+    "--device", metavar="DEVICE", help="Where the policy trains and the engine samples (sets "
+    "model.device; default: the recipe's, auto unless set): " + DEVICE_HELP)]
+
+
+def announce_device(setting: str) -> None:
+    """Say on stderr which device ``setting`` resolves to (and why, for auto); a bad or
+    missing one stops the command in one line."""
+    from rstar2.engines.device import device_note
+
+    try:
+        typer.echo(device_note(setting), err=True)
+    except ValueError as error:
+        fail(error)
+
+
 PromptVariant = Annotated[Optional[str], typer.Option(
     "--prompt-variant", **one_of(PROMPT_VARIANTS, "prompt variant"),
     help="The agent's prompt: the paper's (rstar2) or its short form (short, what rstar2 demo "

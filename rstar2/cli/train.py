@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from rstar2.cli.app import app, fail
+from rstar2.cli.options import RecipeDevice, announce_device
 
 
 @app.command()
@@ -22,6 +23,7 @@ def train(
     plan: bool = typer.Option(False, "--plan", help="Print the cluster: section's placement, the "
                               "per-GPU memory estimate and the rollouts in flight, then exit "
                               "without starting anything (no GPU, model or Ray needed)."),
+    device: RecipeDevice = None,
 ) -> None:
     """Train with GRPO-RoC: rollouts with the Python tool, Resample-on-Correct, clipped loss.
 
@@ -32,7 +34,8 @@ def train(
     from rstar2.rl.launch import NeedsDistributedTrainer, RunExists
     from rstar2.rl.launch import train as run_training
 
-    settings = list(overrides or []) + ([f"name={name}"] if name else [])
+    settings = (list(overrides or []) + ([f"name={name}"] if name else [])
+                + ([f"model.device={device}"] if device else []))
     try:
         config = load_config(recipe, settings)
     except ConfigError as error:
@@ -40,6 +43,7 @@ def train(
     if plan:
         print_plan(config)
         return
+    announce_device(config.model.device)
     try:
         final = run_training(config, resume=resume)
     except (RunExists, NeedsDistributedTrainer, ImportError) as error:  # ImportError: an extra is missing

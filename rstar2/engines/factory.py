@@ -30,6 +30,7 @@ from typing import Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rstar2.engines.base import Engine, TrainableEngine
+from rstar2.engines.device import DEVICE_HELP, DEVICE_PATTERN
 
 EngineKind = Literal["hf", "openai", "vllm"]
 ENGINE_KINDS: tuple[str, ...] = get_args(EngineKind)
@@ -61,6 +62,8 @@ class EngineSpec(BaseModel):
         "bfloat16", description="Weights dtype for 'hf' and 'vllm'.")
     max_batch_size: int = Field(32, ge=1, description="Sequences decoded together ('hf').")
     seed: int = Field(0, description="Seed of the engine's sampling ('hf' and 'vllm').")
+    device: str = Field("auto", pattern=DEVICE_PATTERN, description="Where 'hf' runs the model: "
+                        + DEVICE_HELP + " Ignored when a model object is passed in.")
 
 
 def open_engine(spec: EngineSpec, *, model=None, tokenizer=None) -> tuple[Engine, object]:
@@ -73,6 +76,7 @@ def open_engine(spec: EngineSpec, *, model=None, tokenizer=None) -> tuple[Engine
         from rstar2.engines.hf import HFEngine, HFEngineConfig
 
         engine = HFEngine(HFEngineConfig(model=spec.model, dtype=spec.dtype, seed=spec.seed,
+                                         device=spec.device,
                                          max_batch_size=spec.max_batch_size),
                           model=model, tokenizer=tokenizer)
         return engine, engine.tokenizer

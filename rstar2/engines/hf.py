@@ -15,6 +15,10 @@ What is cached (see ``slots``):
   evicted first); a new prompt that extends one -- the next turn of the same rollout, after
   its tool response -- resumes in that slot and prefills only the new tokens.
 
+On a GPU (``attention``: flat) blocks are copied into the slots that read them, attention is
+one fused SDPA call per layer, and decode steps are fixed-shape CUDA graphs
+(``engines.bucketed``); the CPU keeps cascade attention over blocks read in place.
+
 Sampling is per request (temperature, top-p, stop tokens/strings); log-probs follow
 ``engines.base``. As a ``TrainableEngine``, ``update_weights`` swaps in new weights between RL
 steps and drops every cached KV, which the old weights computed; ``reseed`` restarts the
@@ -37,6 +41,8 @@ from pydantic import BaseModel, Field
 
 from rstar2.engines import slots
 from rstar2.engines.base import Completion, EngineLoad, SamplingParams
+from rstar2.engines.bucketed import BucketedDecoder
+from rstar2.engines.device import DEVICE_HELP, DEVICE_PATTERN, resolve_device
 from rstar2.engines.loading import load_model, load_tokenizer, set_cpu_threads
 from rstar2.engines.sampling import sample_tokens
 
@@ -49,7 +55,8 @@ class HFEngineConfig(BaseModel):
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "bfloat16", description="Weights and KV dtype. bfloat16 is the faster on CPUs with "
         "bfloat16 instructions (docs/benchmarks.md); float32 for exact log-probs.")
-    device: str = Field("cpu", description="torch device.")
+    device: str = Field("auto", pattern=DEVICE_PATTERN, description="Where the model runs: "
+                        + DEVICE_HELP + " Ignored when a model object is passed in (its own).")
     max_batch_size: int = Field(32, ge=1, description="Most sequences decoded together.")
     max_parked: int = Field(32, ge=0, description="Finished sequences kept for reuse by the "
                             "next turn of their rollout.")
@@ -64,6 +71,12 @@ class HFEngineConfig(BaseModel):
                                          "prompt plus max_tokens fits beside theirs, else it "
                                          "waits (never preempted). None: max_batch_size times "
                                          "the model's context.")
+    attention: Literal["auto", "cascade", "flat"] = Field(
+        "auto", description="'cascade': sequences read shared prefix blocks in place (CPU only); "
+        "'flat': each slot holds a copy of its block and a decode step is one fixed-shape fused "
+        "attention pass per layer (engines.bucketed); 'auto': cascade on CPU, flat on GPU.")
+    cuda_graphs: bool = Field(True, description="With flat attention on CUDA: replay decode "
+                              "steps as CUDA graphs captured per batch and length bucket.")
 
 
 @dataclass(eq=False)
@@ -103,18 +116,27 @@ class HFEngine:
 
     def __init__(self, config: HFEngineConfig | None = None, *, model=None, tokenizer=None):
         self.config = config or HFEngineConfig()
-        if self.config.device == "cpu":
+        device = model.device if model is not None else resolve_device(self.config.device)
+        if device.type == "cpu":
             set_cpu_threads()
         self.model = model if model is not None else load_model(
-            self.config.model, self.config.dtype, self.config.device)
+            self.config.model, self.config.dtype, device)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(self.config.model)
         slots.install(self.model)
         cfg = self.model.config
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.max_length = getattr(cfg, "max_position_embeddings", 1 << 30)
         self.device = self.model.device
+        mode = self.config.attention
+        self.flat = mode == "flat" or (mode == "auto" and self.device.type != "cpu")
+        if not self.flat and self.device.type != "cpu":
+            raise ValueError("attention 'cascade' needs the CPU; use 'flat' or 'auto' on a GPU")
         self.cache = slots.SlotCache(cfg.num_hidden_layers, cfg.num_key_value_heads, head_dim,
-                                     self.model.dtype, self.device)
+                                     self.model.dtype, self.device, spare=int(self.flat))
+        self.decoder = BucketedDecoder(self.forward, self.cache, self.device,
+                                       self.config.max_batch_size, self.config.cuda_graphs
+                                       ) if self.flat else None
+        self.no_mask = torch.zeros((1, 1, 1, 1), dtype=torch.bool, device=self.device)
         self.eos_ids = frozenset(model_eos_ids(self.model, self.tokenizer))
         self.generator = torch.Generator(device=self.device).manual_seed(self.config.seed)
         self.residents: list[Resident] = []  # index = slot; the first n_active are active
@@ -280,11 +302,15 @@ class HFEngine:
             reps.append(resident)
         for resident, _ in copies:
             self.claim_slot(resident)
+        if self.flat:
+            for resident in reps:
+                self.inline_block(resident)
         logits = self.prefill(first, len(reps))
         for resident, original in copies:
             src, dst = self.residents.index(original), self.residents.index(resident)
             self.cache.reserve(len(self.residents), original.used)
             self.cache.copy(src, dst, original.used)
+            resident.block = original.block
             resident.cached.extend(resident.pending)
             resident.pending = []
         rows = reps + [resident for resident, _ in copies]
@@ -327,17 +353,24 @@ class HFEngine:
                       ) -> slots.PrefixBlock:
         """Keys/values of ``tokens``, extending ``base`` (a block they start with) if given."""
         start = len(base) if base else 0
-        new = list(tokens[start:])
         store = slots.SlotCache(self.cache.k.shape[0], self.cache.k.shape[2],
                                 self.cache.k.shape[4], self.cache.k.dtype, self.device)
-        store.reserve(1, len(new))
-        write = torch.arange(len(new), device=self.device)[None]
-        plan = slots.AttentionPlan(store.k, store.v, 0, write, [(base, None)] if base else [])
-        self.forward(torch.tensor([new], device=self.device), write + start, plan)
-        k, v = store.k[:, 0, :, : len(new)], store.v[:, 0, :, : len(new)]
+        store.reserve(1, len(tokens))
         if base:
-            k, v = torch.cat([base.k, k], dim=2), torch.cat([base.v, v], dim=2)
-        return slots.PrefixBlock(tokens, k.contiguous(), v.contiguous())
+            store.fill(0, base)
+        write = torch.arange(start, len(tokens), device=self.device)[None]
+        plan = slots.AttentionPlan(store.k, store.v, 0, write, [])
+        self.forward(torch.tensor([tokens[start:]], device=self.device), write, plan)
+        return slots.PrefixBlock(tokens, store.k[:, 0, :, : len(tokens)].contiguous(),
+                                 store.v[:, 0, :, : len(tokens)].contiguous())
+
+    def inline_block(self, resident: Resident) -> None:
+        """Flat attention: copy the resident's block into its own slot, which it then reads
+        alone (the block was still computed once for all its readers)."""
+        if resident.block is not None:
+            self.cache.reserve(len(self.residents), len(resident.block))
+            self.cache.fill(self.residents.index(resident), resident.block)
+            resident.block = None
 
     def activate(self, index: int) -> Resident:
         """Move the parked resident at ``index`` into the active range."""
@@ -384,7 +417,13 @@ class HFEngine:
     def decode(self) -> None:
         """One token for every active sequence."""
         rows = self.residents[: self.n_active]
-        logits = self.feed(0, self.n_active)
+        if self.flat:
+            logits = self.decoder.step([r.pending[0] for r in rows], [r.used for r in rows],
+                                       [len(r.cached) for r in rows])
+            for r in rows:
+                r.cached.append(r.pending.pop())
+        else:
+            logits = self.feed(0, self.n_active)
         self.accept(rows, logits)
 
     def feed(self, start: int, end: int) -> torch.Tensor:
@@ -414,20 +453,24 @@ class HFEngine:
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, plan: slots.AttentionPlan
                 ) -> torch.Tensor:
-        out = self.model(input_ids=ids, position_ids=positions, use_cache=False,
-                         logits_to_keep=1, kv_plan=plan)
+        # The plan is the mask. A 4-D attention_mask is taken as already prepared, so
+        # transformers builds none: its packed-sequence check reads a value back from the
+        # device, which a CUDA graph cannot capture (and every step would pay for).
+        out = self.model(input_ids=ids, position_ids=positions, attention_mask=self.no_mask,
+                         use_cache=False, logits_to_keep=1, kv_plan=plan)
         return out.logits[:, -1]
 
     # ----------------------------------------------------------------- sampling, finishing
     def accept(self, rows: list[Resident], logits: torch.Tensor) -> None:
         """Sample each row's next token from its logits, then finish rows that are done."""
         params = [r.request.params for r in rows]
-        temperature = torch.tensor([p.temperature for p in params], device=self.device)
-        top_p = torch.tensor([p.top_p for p in params], device=self.device)
-        ids, logprobs = sample_tokens(logits, temperature, top_p, self.generator)
+        ids, logprobs = sample_tokens(logits, [p.temperature for p in params],
+                                      [p.top_p for p in params], self.generator)
+        # one read from the device per step (ids are exact in float64)
+        picked = torch.stack((ids.double(), logprobs.double())).tolist()
         self.clock += 1
         done = []
-        for r, token, logprob in zip(rows, ids.tolist(), logprobs.tolist()):
+        for r, token, logprob in zip(rows, map(int, picked[0]), picked[1]):
             r.out_ids.append(token)
             r.out_logprobs.append(logprob)
             r.pending = [token]

@@ -2,30 +2,43 @@
 
 Returns the token and its log-prob under ``softmax(logits / temperature)`` (before top-p
 truncation; plain ``softmax(logits)`` for greedy rows), the convention of ``engines.base``.
+
+The per-row settings arrive as host floats, so which branches run (all greedy? any nucleus?)
+is decided on the host: on a GPU nothing here waits for the device, and the caller's one
+read of the sampled ids per step is the only synchronisation.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
+
+from rstar2.engines.device import host_to_device
 
 
 def sample_tokens(
     logits: torch.Tensor,
-    temperature: torch.Tensor,
-    top_p: torch.Tensor,
+    temperature: Sequence[float],
+    top_p: Sequence[float],
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``logits`` ``[n, vocab]``; ``temperature``/``top_p`` ``[n]``. Returns ``(ids, logprobs)``."""
+    """``logits`` ``[n, vocab]``; ``temperature``/``top_p`` ``n`` floats. Returns ``(ids, logprobs)``
+    on the logits' device."""
     logits = logits.float()
-    greedy = temperature == 0
-    scale = torch.where(greedy, torch.ones_like(temperature), temperature)
+    greedy_rows = [t == 0 for t in temperature]
+    scale = host_to_device([1.0 if g else t for g, t in zip(greedy_rows, temperature)],
+                           torch.float32, logits.device)
     logprobs = torch.log_softmax(logits / scale[:, None], dim=-1)
-    if bool(greedy.all()):
+    if all(greedy_rows):
         ids = logprobs.argmax(dim=-1)
     else:
-        probs = nucleus(logprobs.exp(), top_p) if bool((top_p < 1).any()) else logprobs.exp()
+        probs = logprobs.exp()
+        if any(p < 1 for p in top_p):
+            probs = nucleus(probs, host_to_device(list(top_p), torch.float32, logits.device))
         ids = inverse_cdf_draw(probs, generator)
-        if bool(greedy.any()):
+        if any(greedy_rows):
+            greedy = host_to_device(greedy_rows, torch.bool, logits.device)
             ids = torch.where(greedy, logprobs.argmax(dim=-1), ids)
     return ids, logprobs.gather(1, ids[:, None]).squeeze(1)
 

@@ -12,7 +12,11 @@ Two kinds of KV live here:
 Attention for a batch is *cascade attention*: each query attends to its block and to its own
 slot separately, and the two partial results are merged exactly with their log-sum-exps. The
 block part is one dense matmul for all rows of a block instead of a per-row pass over the same
-keys, which is what makes long shared system prompts cheap to decode against.
+keys, which is what makes long shared system prompts cheap to decode against. Merging needs
+the log-sum-exp, which only the CPU flash kernel returns; on a GPU the engine instead copies
+a block into each slot that reads it (the block still saves its prefill) and attention is one
+fused ``scaled_dot_product_attention`` call per layer over the slots, no merge, which is also
+what lets a decode step be captured as a CUDA graph (``engines.bucketed``).
 
 The model is unchanged: ``install(model)`` registers ``slot_attention`` as the model's
 attention implementation; it reads an ``AttentionPlan`` passed as the keyword ``kv_plan`` to
@@ -25,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
@@ -46,12 +51,17 @@ class PrefixBlock:
 
 class SlotCache:
     """Per-sequence keys/values, ``[layers, slots, kv_heads, length, head_dim]``, grown on
-    demand (more slots, longer slots) by reallocating and copying."""
+    demand (more slots, longer slots) by reallocating and copying.
 
-    def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype, device):
+    With ``spare`` 1 every slot keeps one more column than asked for, its last (``scratch``):
+    no token is ever stored there, so fixed-shape decode steps can point their padding rows
+    at it without touching a parked sequence's keys."""
+
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype, device, spare: int = 0):
         shape = (layers, 0, kv_heads, 0, head_dim)
         self.k = torch.empty(shape, dtype=dtype, device=device)
         self.v = torch.empty(shape, dtype=dtype, device=device)
+        self.spare = spare
 
     @property
     def slots(self) -> int:
@@ -61,9 +71,15 @@ class SlotCache:
     def length(self) -> int:
         return self.k.shape[3]
 
+    @property
+    def scratch(self) -> int:
+        """The spare column's position (only meaningful with ``spare``)."""
+        return self.length - 1
+
     def reserve(self, slots: int, length: int) -> None:
         """Make room for ``slots`` slots of ``length`` positions (growth is geometric so that
         decoding one token at a time reallocates rarely)."""
+        length += self.spare
         if slots <= self.slots and length <= self.length:
             return
         new_slots = max(slots, self.slots)
@@ -88,6 +104,12 @@ class SlotCache:
         for t in (self.k, self.v):
             t[:, dst, :, :used] = t[:, src, :, :used]
 
+    def fill(self, slot: int, block: PrefixBlock) -> None:
+        """Copy ``block``'s keys/values into the first positions of ``slot``."""
+        self.reserve(self.slots, len(block))
+        self.k[:, slot, :, : len(block)] = block.k
+        self.v[:, slot, :, : len(block)] = block.v
+
     def clear(self) -> None:
         self.k = self.k[:, :0, :, :0].clone()
         self.v = self.v[:, :0, :, :0].clone()
@@ -108,11 +130,12 @@ class AttentionPlan:
     first_slot: int
     write_pos: torch.Tensor  # [n, T] long
     groups: list[tuple[PrefixBlock, torch.Tensor | None]]
+    length: int | None = None  # slot positions read; None: up to the furthest write (a sync)
     mask: torch.Tensor | None = None  # additive [n, 1, T, L], built lazily in the model's dtype
 
     def additive_mask(self, dtype) -> torch.Tensor:
         if self.mask is None:
-            length = int(self.write_pos.max()) + 1
+            length = self.length or int(self.write_pos.max()) + 1
             keys = torch.arange(length, device=self.write_pos.device)
             visible = keys[None, None, :] <= self.write_pos[:, :, None]
             mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
@@ -121,22 +144,16 @@ class AttentionPlan:
 
 
 def attend(q, k, v, mask, scale):
-    """Attention that also returns the log-sum-exp of the scores (for exact merging).
+    """Attention that also returns the log-sum-exp of the scores (for exact merging): the CPU
+    flash kernel, the one that returns it.
 
     ``q`` ``[b, h, m, d]``, ``k``/``v`` ``[b, h, L, d]``, additive ``mask`` ``[b, 1, m, L]`` or
     None; returns the output ``[b, h, m, d]`` and the log-sum-exp ``[b, h, m]`` (float32).
     """
-    if q.device.type == "cpu":
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k, v, attn_mask=mask, scale=scale
-        )
-        return out, lse
-    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
-    if mask is not None:
-        scores = scores + mask
-    lse = torch.logsumexp(scores, dim=-1)
-    probs = torch.exp(scores - lse[..., None])
-    return torch.matmul(probs, v.float()).to(q.dtype), lse
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q, k, v, attn_mask=mask, scale=scale
+    )
+    return out, lse
 
 
 def attend_block(q, block_k, block_v, scale):
@@ -175,9 +192,17 @@ def slot_attention(module, query, key, value, attention_mask, scaling=None, drop
     # Grouped-query attention without repeating keys: the query heads that share a KV head
     # are stacked along the query axis (row g*T + t), and the mask is tiled to match.
     packed = query.reshape(n, kv_heads, group * steps, d)
-    out, lse = attend(packed, own_k, own_v, mask.repeat(1, 1, group, 1), scale)
-    if plan.groups:
-        out, lse = merge_blocks(packed, out, lse, plan.groups, layer, scale)
+    if query.device.type == "cpu":
+        out, lse = attend(packed, own_k, own_v, mask.repeat(1, 1, group, 1), scale)
+        if plan.groups:
+            out, lse = merge_blocks(packed, out, lse, plan.groups, layer, scale)
+    else:  # one fused SDPA kernel (blocks are copied into the slots: see ``HFEngine.flat``)
+        if plan.groups:
+            raise ValueError("shared blocks are read in place only on the CPU")
+        # a decode step's mask is the same for all query heads of a KV head: broadcast it
+        packed_mask = mask if steps == 1 else mask.repeat(1, 1, group, 1)
+        out = F.scaled_dot_product_attention(packed, own_k, own_v, attn_mask=packed_mask,
+                                             scale=scale)
     out = out.reshape(n, heads, steps, d).transpose(1, 2)
     return out, None
 

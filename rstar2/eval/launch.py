@@ -83,7 +83,8 @@ def rollout_config(settings: EvalSettings) -> RolloutConfig:
 
 def engine_spec(settings: EvalSettings) -> EngineSpec:
     return EngineSpec(kind=settings.engine, model=settings.model, base_url=settings.base_url,
-                      tokenizer=settings.tokenizer, dtype=settings.dtype, max_batch_size=settings.concurrency)
+                      tokenizer=settings.tokenizer, dtype=settings.dtype, max_batch_size=settings.concurrency,
+                      device=settings.device)
 
 
 def start_local_sandbox(services: contextlib.ExitStack, workers: int) -> str:

@@ -1,7 +1,7 @@
 """Sequences for the trainer's forward passes: packing into micro-batches, response log-probs.
 
     batches = micro_batches(sequences, max_tokens)          # lists of TrainSequence
-    tensors = collate(batch, pad_id)                         # left-padded tensors
+    tensors = collate(batch, pad_id, module_device(model))   # left-padded, on the model's device
     logits = response_logits(model, tensors)                 # [batch, R, vocab]
 
 A ``TrainSequence`` is one rollout as the loss sees it: prompt ids, response ids, the response's
@@ -13,7 +13,9 @@ tokens are what a forward pass costs), so similar lengths share a batch; a seque
 Sequences are *left*-padded, so every response ends in the last column and the logits of all
 responses are the last R + 1 positions (R = the longest response): the model computes the LM
 head only there (``logits_to_keep``), which on a 49K vocabulary is most of the memory a forward
-pass needs. Position ids count real tokens only, so padding changes nothing.
+pass needs. Position ids count real tokens only, so padding changes nothing. ``collate`` builds the tensors
+directly on the device it is given, the model's (``engines.device.module_device``), so the same
+code trains on a CPU or a GPU.
 """
 
 from __future__ import annotations
@@ -71,8 +73,9 @@ def micro_batches(sequences: Sequence[TrainSequence], max_tokens: int) -> list[l
     return batches
 
 
-def collate(batch: Sequence[TrainSequence], pad_id: int) -> Collated:
-    """Left-pad whole sequences to the longest one, right-align responses to the longest one."""
+def collate(batch: Sequence[TrainSequence], pad_id: int, device: torch.device | str = "cpu") -> Collated:
+    """Left-pad whole sequences to the longest one, right-align responses to the longest one;
+    every tensor on ``device``."""
     width = max(map(len, batch))
     response_width = max(len(s.response_ids) for s in batch)
 
@@ -82,14 +85,17 @@ def collate(batch: Sequence[TrainSequence], pad_id: int) -> Collated:
     ids = [left_pad(s.prompt_ids + s.response_ids, width, pad_id) for s in batch]
     attention = [left_pad([1] * len(s), width, 0) for s in batch]
     positions = [left_pad(list(range(len(s))), width, 0) for s in batch]
+    def tensor(values, dtype=None) -> torch.Tensor:
+        return torch.tensor(values, dtype=dtype, device=device)
+
     return Collated(
-        input_ids=torch.tensor(ids),
-        attention_mask=torch.tensor(attention),
-        position_ids=torch.tensor(positions),
-        response_ids=torch.tensor([left_pad(s.response_ids, response_width, pad_id) for s in batch]),
-        loss_mask=torch.tensor([left_pad(s.loss_mask, response_width, 0) for s in batch]),
-        old_logprobs=torch.tensor([left_pad(s.old_logprobs, response_width, 0.0) for s in batch]),
-        advantages=torch.tensor([s.advantage for s in batch], dtype=torch.float32),
+        input_ids=tensor(ids),
+        attention_mask=tensor(attention),
+        position_ids=tensor(positions),
+        response_ids=tensor([left_pad(s.response_ids, response_width, pad_id) for s in batch]),
+        loss_mask=tensor([left_pad(s.loss_mask, response_width, 0) for s in batch]),
+        old_logprobs=tensor([left_pad(s.old_logprobs, response_width, 0.0) for s in batch]),
+        advantages=tensor([s.advantage for s in batch], torch.float32),
     )
 
 

@@ -34,6 +34,8 @@ from rstar2.engines.factory import ENGINE_KINDS, TRAINABLE_ENGINE_KINDS, EngineK
 from rstar2.engines.fleet.policies import PolicyName
 from rstar2.section import Section
 
+from rstar2.engines.device import DEVICE_PATTERN
+
 
 class RecipeLoader(yaml.SafeLoader):
     """YAML with YAML 1.2 booleans: only true/false, so ``mode: off`` stays the string 'off'."""
@@ -69,6 +71,10 @@ class ModelConfig(Section):
     path: str = "default"
     """The policy's starting weights: 'default' (the embedded SmolLM2-135M-Instruct), a .gguf
     file, or a local transformers model directory (see ``rstar2.engines.loading``)."""
+    device: str = Field("auto", pattern=DEVICE_PATTERN)
+    """Where the policy is trained: 'auto' (cuda when a GPU is available, else cpu), 'cpu',
+    'cuda' or 'cuda:N'. Batches are built on it, and the embedded engine samples on it unless
+    ``rollout.engine_device`` says otherwise."""
     dtype: Literal["float32", "bfloat16"] = "bfloat16"
     """Dtype of the trained weights (and of AdamW's updates to them: keep float32 on CPU, where
     an update of size lr is lost in bfloat16's 8-bit mantissa)."""
@@ -105,6 +111,9 @@ class RolloutConfig(Section):
     the weights); a dtype gives the engine its own copy in that dtype, loaded with the new
     weights after every update, and the trainer then recomputes the old log-probs. bfloat16
     samples faster than float32 on bfloat16-capable CPUs (docs/benchmarks.md). Not with LoRA."""
+    engine_device: str | None = Field(None, pattern=DEVICE_PATTERN)
+    """Embedded engine with its own copy (``engine_dtype`` set): the device of that copy; null
+    means the policy's (``model.device``). A colocated engine always runs on the policy's."""
     temperature: float = Field(1.0, gt=0)
     """Sampling temperature of training rollouts (paper: 1.0)."""
     top_p: float = Field(1.0, gt=0, le=1)

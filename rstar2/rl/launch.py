@@ -29,6 +29,7 @@ from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.agent.rollout import CodeRunner
 from rstar2.data.problems import Problem, read_problems
 from rstar2.engines.base import TrainableEngine
+from rstar2.engines.device import module_device
 from rstar2.engines.factory import EngineSpec, open_fleet, open_trainable_engine
 from rstar2.engines.loading import load_tokenizer
 from rstar2.reward import Grader
@@ -80,8 +81,9 @@ def run_card(config: RunConfig, trained_by: str) -> ModelCard:
 def rollout_engine(config: RunConfig, model, tokenizer) -> TrainableEngine:
     """The engine ``rollout.engine`` names, built by ``rstar2.engines.factory``. 'hf' samples
     from the trainer's model itself, or from its own copy of the weights in
-    ``rollout.engine_dtype`` (filled by the first weight push). With ``rollout.members`` it is
-    a fleet over them (``factory.open_fleet``), scheduled by ``rollout.scheduler``."""
+    ``rollout.engine_dtype`` (filled by the first weight push) on ``rollout.engine_device``,
+    by default the model's device. With ``rollout.members`` it is a fleet over them
+    (``factory.open_fleet``), scheduled by ``rollout.scheduler``."""
     engine_dtype = config.rollout.engine_dtype
     if config.rollout.members:
         if config.model.lora is not None:
@@ -93,8 +95,10 @@ def rollout_engine(config: RunConfig, model, tokenizer) -> TrainableEngine:
     if engine_dtype is not None and config.model.lora is not None:
         raise ValueError("rollout.engine_dtype needs full fine-tuning: with model.lora the engine "
                          "shares the trainer's model (leave engine_dtype null)")
+    device = config.rollout.engine_device if engine_dtype is not None else None
     spec = EngineSpec(kind=config.rollout.engine, model=config.model.path,
                       dtype=engine_dtype or config.model.dtype, seed=config.seed,
+                      device=device or str(module_device(model)),
                       max_batch_size=config.rl.prompts_per_step * config.rl.rollouts_per_prompt)
     shared = model if config.rollout.engine == "hf" and engine_dtype is None else None
     return open_trainable_engine(spec, model=shared, tokenizer=tokenizer)

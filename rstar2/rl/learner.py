@@ -14,7 +14,9 @@ same contract, so the step does not change when the learner does.
 
 Colocation: when the engine samples from this very model, the sampled log-probs are the old
 policy's and a weight push only drops the engine's stale caches; otherwise the engine holds its
-own copy, the push sends the state dict, and the old log-probs are recomputed before updating.
+own copy, the push sends the state dict, and the old log-probs are recomputed before updating;
+their distance to the sampled ones is kept in ``measured`` (``logprob_drift/mean|max``, see
+``update.LogprobDrift``), which the trainer adds to the step's metrics.
 """
 
 from __future__ import annotations
@@ -80,6 +82,8 @@ class LocalLearner:
         self.optimizer = build_optimizer(model.parameters(), config.rl.optimizer)
         self.scheduler = build_scheduler(self.optimizer, config.rl.optimizer)
         self.reference: torch.nn.Module | None = None
+        self.measured: dict[str, float] = {}
+        """Metrics the last ``learn`` measured besides its loss stats (``logprob_drift/*``)."""
         self.checkpoints = config.run_dir / "checkpoints"
         self.settings = UpdateSettings(
             loss=config.rl.loss, temperature=config.rollout.temperature,
@@ -119,10 +123,12 @@ class LocalLearner:
     def learn(self, sequences: list[TrainSequence]) -> tuple[LossStats | None, float | None]:
         """``updates_per_step`` optimizer updates (mini-batches); (None, None) when RoC left
         nothing to learn from (the step is skipped, as in the release)."""
+        self.measured = {}
         if not sequences:
             return None, None
         if not self.colocated:
-            sequences = with_current_logprobs(self.model, sequences, self.settings)
+            sequences, drift = with_current_logprobs(self.model, sequences, self.settings)
+            self.measured = drift.summary()
         stats, norms = None, []
         for part in np.array_split(np.arange(len(sequences)), self.config.rl.updates_per_step):
             if len(part) == 0:

@@ -8,7 +8,9 @@ quantity is ``tools/error_ratio_in_positives``), ``tools/call_rate`` (share of r
 call), ``response/length_mean|max`` (response tokens, tool responses included) and
 ``response/truncated_ratio``. Over the kept rollouts, the ones the update saw: ``reward/mean`` (absent when RoC kept none).
 Then RoC's group counts (``roc.decision_counts``), the loss stats of the update (entropy, clip
-fractions, ...), ``train/grad_norm``, ``train/lr`` and ``time/*`` seconds by phase.
+fractions, ...), ``train/grad_norm``, ``train/lr`` and ``time/*`` seconds by phase. The trainer
+adds what the learner measured, ``logprob_drift/mean|max`` when it recomputes the old log-probs
+(``update.LogprobDrift``).
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@
     save_policy(model, tokenizer, run_dir / "final")
 
 ``load_policy`` loads the starting weights with the engines' loader (so 'default', GGUF files
-and local directories mean what they mean everywhere) in the configured dtype. With
-``model.lora`` the weights are frozen and peft adapters are added to the target layers; the
-adapter weights are kept in float32 whatever the base dtype, since AdamW updates of size lr·g
-vanish in bfloat16's 8-bit mantissa.
+and local directories mean what they mean everywhere) in the configured dtype, on the configured
+device. With ``model.lora`` the weights are frozen and peft adapters are added to the target
+layers; the adapter weights are kept in float32 whatever the base dtype, since AdamW updates of
+size lr·g vanish in bfloat16's 8-bit mantissa.
 
 ``save_policy`` writes a plain transformers directory (adapters merged into the weights), so a
 trained model is used like any other: ``rstar2 chat --model runs/<name>/final``. It is
@@ -23,13 +23,14 @@ from pathlib import Path
 import torch
 
 from rstar2.agent.card import ModelCard, write_card
+from rstar2.engines.device import resolve_device
 from rstar2.engines.loading import load_model
 from rstar2.rl.config import ModelConfig
 
 
 def load_policy(config: ModelConfig) -> torch.nn.Module:
-    """The policy in train mode, with LoRA adapters when configured."""
-    model = load_model(config.path, config.dtype)
+    """The policy in train mode on ``config.device``, with LoRA adapters when configured."""
+    model = load_model(config.path, config.dtype, resolve_device(config.device))
     if config.lora is not None:
         from peft import LoraConfig, get_peft_model
 

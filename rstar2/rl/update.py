@@ -10,16 +10,20 @@ distribution the tokens were sampled from, so the ratio is 1 before the first up
 ``recompute_logprobs`` re-scores sequences under the current weights without gradients: the old
 log-probs when the policy moved since sampling (an engine holding another copy of the weights,
 or a later mini-batch of the same step), and the reference log-probs of the KL option.
+``with_current_logprobs`` also measures the ``LogprobDrift`` between the sampled log-probs and
+that recomputation (the trainer's ``logprob_drift/*`` metrics).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
+from rstar2.engines.device import module_device
 from rstar2.rl.batch import TrainSequence, collate, micro_batches, response_logits
 from rstar2.rl.config import LossConfig
 from rstar2.rl.loss import LossStats, policy_loss, token_entropy, token_logprobs
@@ -39,9 +43,10 @@ class UpdateSettings:
 
 
 def autocast(model: torch.nn.Module, compute_dtype: str):
-    """The mixed-precision context of ``compute_dtype`` (a no-op for float32)."""
-    device = next(model.parameters()).device.type
-    return torch.autocast(device, dtype=torch.bfloat16, enabled=compute_dtype == "bfloat16")
+    """The mixed-precision context of ``compute_dtype`` on the model's device (none for float32)."""
+    if compute_dtype != "bfloat16":
+        return contextlib.nullcontext()
+    return torch.autocast(module_device(model).type, dtype=torch.bfloat16)
 
 
 def policy_update(
@@ -81,7 +86,7 @@ def micro_batch_loss(
     """The loss of one micro-batch, already divided by the whole update's ``token_count``
     (so micro-batch gradients sum to Eq. 6's token mean), and its stats."""
     ref = recompute_logprobs(reference, batch, settings) if reference is not None else None
-    tensors = collate(batch, settings.pad_id)
+    tensors = collate(batch, settings.pad_id, module_device(model))
     with autocast(model, settings.compute_dtype):
         logits = response_logits(model, tensors)
     logprobs = token_logprobs(logits, tensors.response_ids, settings.temperature)
@@ -107,7 +112,7 @@ def recompute_logprobs(
     right-aligned as ``collate`` lays them out) under ``model``'s current weights."""
     was_training = model.training
     model.eval()
-    tensors = collate(sequences, settings.pad_id)
+    tensors = collate(sequences, settings.pad_id, module_device(model))
     with autocast(model, settings.compute_dtype):
         logits = response_logits(model, tensors)
     logprobs = token_logprobs(logits, tensors.response_ids, settings.temperature)
@@ -115,16 +120,40 @@ def recompute_logprobs(
     return torch.where(tensors.loss_mask.bool(), logprobs, 0.0)
 
 
+@dataclass(frozen=True)
+class LogprobDrift:
+    """How far the learner's recomputed log-probs are from the ones the engine sampled with,
+    over the loss tokens (absolute differences). Other kernels, another dtype (a bf16 engine
+    copy of fp32 weights) or a stale engine copy all show here: the PPO ratio of the first
+    update starts this far from 1 before the policy has moved at all."""
+
+    tokens: int = 0
+    abs_sum: float = 0.0
+    abs_max: float = 0.0
+
+    def __add__(self, other: LogprobDrift) -> LogprobDrift:
+        return LogprobDrift(self.tokens + other.tokens, self.abs_sum + other.abs_sum,
+                            max(self.abs_max, other.abs_max))
+
+    def summary(self) -> dict[str, float]:
+        return {"logprob_drift/mean": self.abs_sum / max(self.tokens, 1),
+                "logprob_drift/max": self.abs_max}
+
+
 def with_current_logprobs(
     model: torch.nn.Module, sequences: Sequence[TrainSequence], settings: UpdateSettings
-) -> list[TrainSequence]:
+) -> tuple[list[TrainSequence], LogprobDrift]:
     """``sequences`` (reordered by length) with their old log-probs replaced by the current
-    policy's."""
-    result = []
+    policy's, and how far those are from the sampled ones they replace."""
+    result, drift = [], LogprobDrift()
     for batch in micro_batches(sequences, settings.micro_batch_tokens):
         logprobs = recompute_logprobs(model, batch, settings)
+        sampled = collate(batch, settings.pad_id, logprobs.device)
+        delta = (logprobs - sampled.old_logprobs).abs()[sampled.loss_mask.bool()]
+        if delta.numel():
+            drift = drift + LogprobDrift(delta.numel(), float(delta.sum()), float(delta.max()))
         for row, sequence in enumerate(batch):
             width = len(sequence.response_ids)
             fresh = logprobs[row, logprobs.shape[1] - width:].tolist()
             result.append(dataclasses.replace(sequence, old_logprobs=fresh))
-    return result
+    return result, drift

@@ -17,6 +17,7 @@ import torch
 from pydantic import BaseModel, Field
 
 from rstar2.agent.trajectory import Trajectory
+from rstar2.engines.device import module_device
 from rstar2.rl.batch import TrainSequence, collate, micro_batches, response_logits
 from rstar2.rl.config import OptimizerConfig
 from rstar2.rl.loss import token_logprobs
@@ -72,7 +73,7 @@ def sft_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: li
     optimizer.zero_grad(set_to_none=True)
     total = 0.0
     for part in micro_batches(batch, settings.micro_batch_tokens):
-        tensors = collate(part, pad_id)
+        tensors = collate(part, pad_id, module_device(model))
         with autocast(model, settings.compute_dtype):
             logits = response_logits(model, tensors)
         logprobs = token_logprobs(logits, tensors.response_ids, 1.0)

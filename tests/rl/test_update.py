@@ -79,7 +79,7 @@ def test_update_is_the_same_whatever_the_micro_batch_size():
 
 def test_recomputed_old_logprobs_make_the_first_ratio_one():
     model = tiny_model()
-    fresh = with_current_logprobs(model, SEQUENCES, SETTINGS)
+    fresh, _ = with_current_logprobs(model, SEQUENCES, SETTINGS)
     assert sorted(s.advantage for s in fresh) == sorted(s.advantage for s in SEQUENCES)
     optimizer = build_optimizer(model.parameters(), OptimizerConfig(lr=1e-3, warmup_steps=0))
     scheduler = build_scheduler(optimizer, OptimizerConfig(lr=1e-3, warmup_steps=0))

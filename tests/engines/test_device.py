@@ -1,0 +1,69 @@
+"""The device setting: 'auto' picks CUDA only when there is a GPU, a missing GPU is a clear
+error, and every command that runs a model takes ``--device`` and says which one it uses."""
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from rstar2.cli import app
+from rstar2.engines.device import device_note, resolve_device
+from rstar2.engines.factory import EngineSpec
+from rstar2.engines.hf import HFEngineConfig
+from tests.rl.test_config import RECIPES
+
+runner = CliRunner()
+no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
+
+
+def test_auto_picks_cuda_exactly_when_it_is_available(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == torch.device("cpu")
+    assert device_note("auto") == "device: cpu (auto: no CUDA GPU available)"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto") == torch.device("cuda")
+    assert resolve_device("cpu") == torch.device("cpu")
+
+
+@no_cuda
+def test_cuda_without_a_gpu_and_bad_names_are_clear_errors():
+    with pytest.raises(ValueError, match="'cuda:1' was asked for but torch sees no CUDA GPU"):
+        resolve_device("cuda:1")
+    with pytest.raises(ValueError, match=r"device must be 'auto' .* \(got 'gpu'\)"):
+        resolve_device("gpu")
+    for config in (HFEngineConfig, EngineSpec):
+        assert config().device == "auto"
+        with pytest.raises(ValueError, match="device"):
+            config(device="gpu0")
+
+
+@pytest.mark.parametrize("verb", ["demo", "train", "eval", "chat", "serve-model"])
+def test_every_model_command_has_a_device_option(verb):
+    result = runner.invoke(app, [verb, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0 and "--device" in result.output and "'auto'" in result.output
+
+
+def test_device_cpu_runs_a_command_end_to_end():
+    result = runner.invoke(app, ["chat", "--prompt", "Say hi.", "--no-tools", "--max-tokens", "16",
+                                 "--temperature", "0", "--dtype", "float32", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert "device: cpu" in result.output and "<reason>" in result.output
+
+
+@no_cuda
+@pytest.mark.parametrize("args", [
+    ["chat", "--prompt", "hi", "--no-tools", "--device", "cuda"],
+    ["serve-model", "--device", "cuda"],
+    ["eval", "--bench", "gsm8k", "--device", "cuda"],
+    ["train", str(RECIPES / "cpu-demo.yaml"), "--device", "cuda"],
+    ["demo", "--device", "cuda", "--name", "never-made"],
+])
+def test_asking_for_a_missing_gpu_fails_in_one_line(args):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert "error: device 'cuda' was asked for but torch sees no CUDA GPU" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_bad_device_name_in_a_recipe_is_reported_by_field():
+    result = runner.invoke(app, ["train", str(RECIPES / "cpu-demo.yaml"), "--device", "gpu"])
+    assert result.exit_code == 2 and "model.device: string should match pattern" in result.output

@@ -1,0 +1,87 @@
+"""Training on a real GPU (skipped without one): the demo's SFT step and the trainer's step
+with the policy on CUDA, batches on the policy's device, the drift metric reported."""
+
+import asyncio
+
+import pytest
+import torch
+
+from rstar2.agent.prompt import PromptConfig
+from rstar2.demo.pipeline import DemoSettings
+from rstar2.engines.loading import load_tokenizer
+from rstar2.rl.config import ModelConfig
+from rstar2.rl.launch import rollout_engine
+from rstar2.rl.policy import load_policy
+from rstar2.rl.runlog import read_metrics
+from rstar2.rl.learner import LocalLearner
+from rstar2.sandbox import SandboxClient
+from rstar2.sft.dataset import sft_traces, split_tasks
+from rstar2.sft.train import sft_train
+from tests.rl.test_trainer import make_config, rl_data, snapshot, train  # noqa: F401
+from tests.rl.test_update import SEQUENCES  # token ids < 96: valid in SmolLM2's vocabulary
+
+pytestmark = pytest.mark.gpu
+
+
+def cuda_config(tmp_path, data, **rollout):
+    """The fast trainer test's run, with the policy on CUDA."""
+    config = make_config(tmp_path, data, steps=1, prompts_per_step=1, group_size=2, max_tokens=24)
+    return config.model_copy(update={
+        "model": config.model.model_copy(update={"device": "cuda"}),
+        "rollout": config.rollout.model_copy(update=rollout),
+    })
+
+
+def on_cuda(model) -> bool:
+    return all(p.device.type == "cuda" for p in model.parameters())
+
+
+def test_the_demos_sft_step_on_cuda(sandbox_url):
+    tokenizer = load_tokenizer("default")
+    model = load_policy(ModelConfig(device="cuda", dtype="float32", compute_dtype="bfloat16"))
+
+    async def make_traces():
+        async with SandboxClient([sandbox_url]) as sandbox:
+            tasks = split_tasks(seed=5, sft=16, rl=1, heldout=2).sft
+            return await sft_traces(tasks, tokenizer, sandbox, PromptConfig(variant="short"))
+
+    traces = asyncio.run(make_traces())
+    settings = DemoSettings().sft.model_copy(update={"epochs": 2, "batch_size": 4})
+    before = snapshot(model)
+    losses = sft_train(model, traces, settings, tokenizer.pad_token_id)
+    assert on_cuda(model) and all(torch.isfinite(torch.tensor(losses)))
+    assert sum(losses[-2:]) < sum(losses[:2])
+    after = snapshot(model)
+    assert any(not torch.equal(before[name], after[name]) for name in before)
+
+
+def test_a_trainer_step_on_cuda(tmp_path, rl_data, sandbox_url):  # noqa: F811
+    """A full step with the colocated engine on the GPU; then an update with a bfloat16 engine
+    copy (as the demo runs), which recomputes the old log-probs and measures their drift."""
+    config = cuda_config(tmp_path, rl_data)
+    tokenizer = load_tokenizer(config.model.path)
+    model = load_policy(config.model)
+    engine = rollout_engine(config, model, tokenizer)
+    assert engine.device.type == "cuda" and engine.model is model
+    try:
+        asyncio.run(train(config, model, engine, sandbox_url))
+    finally:
+        engine.shutdown()
+    (row,) = read_metrics(config.run_dir)
+    assert row["response/length_max"] == 24 and on_cuda(model)
+
+    config = cuda_config(tmp_path / "copy", rl_data, engine_dtype="bfloat16")
+    model = load_policy(config.model)
+    engine = rollout_engine(config, model, tokenizer)
+    assert engine.device.type == "cuda" and engine.model is not model
+    try:
+        learner = LocalLearner(config, model, engine, pad_id=tokenizer.pad_token_id)
+        before = snapshot(model)
+        stats, grad_norm = learner.learn(list(SEQUENCES))
+        measured = learner.measured
+    finally:
+        engine.shutdown()
+    assert stats is not None and grad_norm > 0 and on_cuda(model)
+    assert 0 < measured["logprob_drift/mean"] <= measured["logprob_drift/max"]
+    after = snapshot(model)
+    assert any(not torch.equal(before[name], after[name]) for name in before)
