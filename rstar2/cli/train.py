@@ -30,8 +30,10 @@ def train(
     Everything goes to runs/<name>/: metrics.jsonl, rollouts/step_N.jsonl, checkpoints/ and,
     at the end, final/ (a model directory for `rstar2 chat --model` and `rstar2 eval --model`).
     """
+    from rstar2.cluster.architectures import UnknownArchitecture
+    from rstar2.cluster.plan import PlacementError, UnsupportedPlacement
     from rstar2.rl.config import ConfigError, load_config
-    from rstar2.rl.launch import NeedsDistributedTrainer, RunExists
+    from rstar2.rl.launch import RunExists
     from rstar2.rl.launch import train as run_training
 
     settings = (list(overrides or []) + ([f"name={name}"] if name else [])
@@ -46,8 +48,8 @@ def train(
     announce_device(config.model.device)
     try:
         final = run_training(config, resume=resume)
-    except (RunExists, NeedsDistributedTrainer, ImportError) as error:  # ImportError: an extra is missing
-        fail(error)
+    except (RunExists, ImportError, PlacementError, UnknownArchitecture, UnsupportedPlacement) as error:
+        fail(error)  # ImportError: an extra is missing
     typer.echo(f"done: metrics in {config.run_dir / 'metrics.jsonl'}, trained model in {final}")
 
 

@@ -134,13 +134,14 @@ class DistributedLearner:
         prune(self.checkpoints, step, self.config.checkpoint.keep_last)
         return final
 
-    def export(self, tokenizer, target: Path) -> Path:
-        """The trained policy as a plain transformers directory (``rstar2 chat --model``)."""
+    def export(self, tokenizer, target: Path, card=None) -> Path:
+        """The trained policy as a plain transformers directory (``rstar2 chat --model``),
+        with ``card`` (``rstar2.agent.card``) beside it."""
         from rstar2.rl.policy import load_policy, save_policy
 
         model = load_policy(self.config.model.model_copy(update={"gradient_checkpointing": False}))
         model.load_state_dict(self.full_state_dict())
-        return save_policy(model, tokenizer, target)
+        return save_policy(model, tokenizer, target, card)
 
     def close(self) -> None:
         from ray.util.placement_group import remove_placement_group

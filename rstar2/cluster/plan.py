@@ -64,6 +64,20 @@ class Plan:
     gpus: bool
 
 
+class UnsupportedPlacement(RuntimeError):
+    """A cluster run this launcher cannot build yet (said before anything is written)."""
+
+
+def check_cluster_run(config: RunConfig) -> None:
+    """Refuse, before anything starts or is written, a placement that cannot fit
+    (``PlacementError``) or engines this launcher cannot build (``UnsupportedPlacement``)."""
+    plan_run(config)
+    if not config.rollout.members and config.rollout.engine == "vllm":
+        raise UnsupportedPlacement(
+            f"{config.name}: vLLM engines as Ray actor members are not built yet; list running "
+            "vLLM servers as rollout.members (kind: openai), or `--plan` for the placement")
+
+
 def weight_sync_method(config: RunConfig) -> str:
     """The sync ``cluster.weight_sync`` names; 'auto' broadcasts to the Ray actor members the
     cluster builds, and gathers through the driver for any other engine (vLLM, servers)."""

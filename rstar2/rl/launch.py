@@ -11,7 +11,9 @@ samples from the trainer's own model, one process, CPU or one GPU, unless
 ``Sampler`` around the step (``build_trainer``); the sandbox is the configured services or a
 private local one; at the end the trained policy is saved as a plain model directory
 ``<run>/final`` with its card
-(``rstar2.agent.card``: the prompt and limits it was trained with).
+(``rstar2.agent.card``: the prompt and limits it was trained with). A ``cluster:`` section hands
+the run to ``rstar2.cluster.launch`` (Ray, the FSDP2 learner, a fleet of actor members) after
+the same run-folder checks.
 """
 
 from __future__ import annotations
@@ -46,20 +48,23 @@ class RunExists(RuntimeError):
     """The run folder holds another run's checkpoints and ``resume`` was not asked for."""
 
 
-class NeedsDistributedTrainer(RuntimeError):
-    """The recipe places its run on a cluster (a ``cluster:`` section), which needs the
-    multi-node trainer this command does not launch yet."""
-
-
 def train(config: RunConfig, resume: bool = False, console: Console | None = None) -> Path:
     """Run (or continue) the training ``config`` describes; returns the final model directory."""
     console = console or Console()
-    check_trainable(config)
+    if config.cluster is not None:
+        from rstar2.cluster.plan import check_cluster_run
+
+        check_cluster_run(config)  # before anything is written
     check_run_dir(config, resume)
     config.run_dir.mkdir(parents=True, exist_ok=True)
     (config.run_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
     tokenizer = load_tokenizer(config.model.path)
     problems = training_problems(config, tokenizer)
+    if config.cluster is not None:
+        from rstar2.cluster.launch import train_on_cluster
+
+        return train_on_cluster(config, tokenizer, problems, resume, console,
+                                run_card(config, "rstar2 train"))
     model = load_policy(config.model)
     engine = rollout_engine(config, model, tokenizer)
     with contextlib.ExitStack() as stack:
@@ -120,16 +125,6 @@ async def run_trainer(config, model, tokenizer, engine, urls, grader, problems, 
         if trainer.completed_steps:
             console.print(f"resuming {config.run_dir} after step {trainer.completed_steps}")
         await trainer.run()
-
-
-def check_trainable(config: RunConfig) -> None:
-    """Refuse, before anything is written, a recipe this trainer cannot run."""
-    if config.cluster is not None:
-        raise NeedsDistributedTrainer(
-            f"{config.name} runs on a cluster ({config.cluster.nodes} nodes x "
-            f"{config.cluster.gpus_per_node} GPUs) and needs the distributed trainer, which "
-            "`rstar2 train` does not launch yet; `--plan` prints its placement, and recipes "
-            "without a cluster: section train in this process")
 
 
 def check_run_dir(config: RunConfig, resume: bool) -> None:

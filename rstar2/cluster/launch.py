@@ -1,0 +1,96 @@
+"""``rstar2 train RECIPE`` for a recipe with a ``cluster:`` section: the run on Ray.
+
+    final_dir = train_on_cluster(config, resume=False)
+
+The plan is checked first (``rstar2.cluster.plan``: a placement that cannot fit is refused
+before anything starts). Then this process joins the Ray cluster ``RAY_ADDRESS`` names (as
+``ray job submit -- rstar2 train ...`` sets it), or starts a local one, and becomes the driver:
+it owns the step loop (``Trainer``), the sampler and the grader; the policy lives in the
+``DistributedLearner``'s ranks and the rollouts run on a fleet of ``cluster.engines.members``
+Ray actor members (``rstar2.engines.fleet``), unless ``rollout.members`` lists the fleet
+itself (e.g. external vLLM/SGLang servers). After every update the gathered weights go to every
+member (the driver-mediated path: rank 0's full state dict through Ray's object store).
+Sandbox services: ``rollout.sandbox_urls`` when given, else ``cluster.sandbox.services_per_node``
+local ones on the driver's node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from pathlib import Path
+
+from rich.console import Console
+
+from rstar2.cluster.learner import DistributedLearner
+from rstar2.cluster.plan import check_cluster_run
+from rstar2.engines.base import TrainableEngine
+from rstar2.engines.factory import MemberSpec, open_fleet
+from rstar2.reward import Grader
+from rstar2.rl.config import RunConfig
+from rstar2.rl.sampler import Sampler
+from rstar2.rl.trainer import Trainer
+from rstar2.sandbox import SandboxClient, local_sandbox
+
+
+def train_on_cluster(config: RunConfig, tokenizer, problems, resume: bool, console: Console,
+                     card=None) -> Path:
+    """The run ``config`` describes, placed on Ray; returns the exported final model directory
+    (with ``card``, how the model was trained to be prompted)."""
+    check_cluster_run(config)
+    connect_ray(config, console)
+    engine = cluster_engine(config, tokenizer)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    learner = DistributedLearner(config, engine, pad_id)
+    with contextlib.ExitStack() as stack:
+        stack.callback(learner.close)
+        stack.callback(lambda: asyncio.run(engine.close()))
+        urls = list(config.rollout.sandbox_urls) or [
+            stack.enter_context(local_sandbox(workers=config.cluster.sandbox.workers_per_service,
+                                              timeout_s=config.rollout.tool_timeout_s))
+            for _ in range(config.cluster.sandbox.services_per_node)]
+        grader = stack.enter_context(Grader())
+        asyncio.run(run(config, learner, engine, tokenizer, urls, grader, problems, resume, console))
+        return learner.export(tokenizer, config.run_dir / "final", card)
+
+
+def connect_ray(config: RunConfig, console: Console) -> None:
+    """Join ``RAY_ADDRESS``'s cluster, or start a local one with the CPUs and GPUs of one
+    ``cluster`` node (logical CPUs: Ray counts reservations, the cores are shared)."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = os.environ.get("RAY_ADDRESS")
+    local = {} if address else {"num_cpus": config.cluster.cpus_per_node,
+                                "num_gpus": config.cluster.gpus_per_node}
+    ray.init(address=address, include_dashboard=False, log_to_driver=False, **local)
+    console.print(f"ray: {'joined ' + address if address else 'started a local cluster'}, "
+                  f"{ray.cluster_resources().get('CPU', 0):g} CPUs, "
+                  f"{ray.cluster_resources().get('GPU', 0):g} GPUs")
+
+
+def cluster_engine(config: RunConfig, tokenizer) -> TrainableEngine:
+    """``rollout.members`` when listed, else ``cluster.engines.members`` Ray actor members."""
+    cluster = config.cluster
+    members = config.rollout.members
+    if not members:
+        members = tuple(MemberSpec(kind="hf", ray=True, threads=cluster.engines.cpus_per_member,
+                                   max_batch_size=config.rl.prompts_per_step
+                                   * config.rl.rollouts_per_prompt)
+                        for _ in range(cluster.engines.members))
+    return open_fleet(members, config.rollout.scheduler, model=config.model.path,
+                      dtype=config.rollout.engine_dtype or config.model.dtype, seed=config.seed,
+                      tokenizer=tokenizer)
+
+
+async def run(config, learner, engine, tokenizer, urls, grader, problems, resume, console) -> None:
+    async with SandboxClient(urls) as sandbox:
+        sampler = Sampler(engine, tokenizer, sandbox, grader, config.rollout,
+                          config.rl.rollouts_per_prompt)
+        trainer = Trainer(config, learner, sampler, problems, console)
+        trainer.restore(resume)
+        if trainer.completed_steps:
+            console.print(f"resuming {config.run_dir} after step {trainer.completed_steps}")
+        await trainer.run()
