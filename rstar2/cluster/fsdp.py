@@ -28,7 +28,13 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from rstar2.rl.batch import TrainSequence, micro_batches
 from rstar2.rl.loss import LossStats
-from rstar2.rl.update import UpdateSettings, micro_batch_loss, recompute_logprobs
+from rstar2.rl.update import (
+    LogprobDrift,
+    UpdateSettings,
+    logprob_drift,
+    micro_batch_loss,
+    recompute_logprobs,
+)
 
 
 def shard_policy(model: torch.nn.Module, mesh: DeviceMesh, compute_dtype: str) -> torch.nn.Module:
@@ -86,24 +92,27 @@ def sharded_update(model, optimizer, scheduler, sequences: Sequence[TrainSequenc
 
 
 def sharded_logprobs(model, sequences: Sequence[TrainSequence], settings: UpdateSettings,
-                     mesh: DeviceMesh) -> list[TrainSequence]:
+                     mesh: DeviceMesh) -> tuple[list[TrainSequence], LogprobDrift]:
     """``rstar2.rl.update.with_current_logprobs`` over the ranks: the same reordered sequences
-    with the current policy's log-probs, each rank scoring its share of the micro-batches."""
+    with the current policy's log-probs, each rank scoring its share of the micro-batches, and
+    their drift from the engine's sampled log-probs over all ranks."""
     import dataclasses
 
     rank, world = mesh.get_local_rank(), mesh.size()
     batches = micro_batches(sequences, settings.micro_batch_tokens)
-    scored = {}
+    scored, drift = {}, LogprobDrift()
     for batch, weight in rank_batches(list(range(len(batches))), rank, world):
         logprobs = recompute_logprobs(model, batches[batch], settings)
         if weight:
+            drift = drift + logprob_drift(logprobs, batches[batch], settings)
             scored[batch] = [logprobs[row, logprobs.shape[1] - len(s.response_ids):].tolist()
                              for row, s in enumerate(batches[batch])]
-    gathered: list[dict] = [{} for _ in range(world)]
-    dist.all_gather_object(gathered, scored)
-    everything = {k: v for part in gathered for k, v in part.items()}
+    gathered: list[tuple[dict, LogprobDrift] | None] = [None] * world
+    dist.all_gather_object(gathered, (scored, drift))
+    everything = {k: v for part, _ in gathered for k, v in part.items()}
+    total = sum((d for _, d in gathered[1:]), gathered[0][1])
     return [dataclasses.replace(s, old_logprobs=everything[b][row])
-            for b, batch in enumerate(batches) for row, s in enumerate(batch)]
+            for b, batch in enumerate(batches) for row, s in enumerate(batch)], total
 
 
 def sum_over_ranks(stats: LossStats, world: int) -> LossStats:

@@ -63,6 +63,7 @@ class DistributedLearner:
         self.config, self.engine = config, engine
         self.sync: WeightSync | None = None
         self.sync_seconds: list[float] = []
+        self.measured: dict[str, float] = {}
         self.checkpoints = config.run_dir / "checkpoints"
         learner = config.cluster.learner
         gpus = 1 if config.cluster.gpus_per_node else 0
@@ -102,10 +103,14 @@ class DistributedLearner:
         return ray.get(self.ranks[0].learning_rate.remote())
 
     def learn(self, sequences) -> tuple[LossStats | None, float | None]:
+        """The sharded update; its ``logprob_drift/*`` (the engine's sampled log-probs against
+        the learner's, so a stale or silent sync shows as a jump) go to ``measured``, which the
+        trainer adds to the step's metrics."""
+        self.measured = {}
         if not sequences:
             return None, None
-        sequences_ref = ray.put(list(sequences))
-        return self.on_all("learn", sequences_ref)[0]
+        stats, grad_norm, self.measured = self.on_all("learn", ray.put(list(sequences)))[0]
+        return stats, grad_norm
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole policy, gathered from the shards (rank 0's answer)."""

@@ -79,10 +79,11 @@ class LearnerRank:
     def learning_rate(self) -> float:
         return self.scheduler.get_last_lr()[0]
 
-    def learn(self, sequences: list[TrainSequence]) -> tuple[LossStats, float]:
+    def learn(self, sequences: list[TrainSequence]) -> tuple[LossStats, float, dict[str, float]]:
         """As ``LocalLearner.learn`` with an engine holding its own copy: old log-probs under
-        the current weights, then ``updates_per_step`` sharded updates."""
-        sequences = sharded_logprobs(self.model, sequences, self.settings, self.mesh)
+        the current weights (and their ``logprob_drift/*`` from the sampled ones), then
+        ``updates_per_step`` sharded updates."""
+        sequences, drift = sharded_logprobs(self.model, sequences, self.settings, self.mesh)
         stats, norms = None, []
         for part in np.array_split(np.arange(len(sequences)), self.config.rl.updates_per_step):
             if len(part) == 0:
@@ -91,7 +92,7 @@ class LearnerRank:
                                               [sequences[i] for i in part], self.settings, self.mesh)
             stats = part_stats if stats is None else stats + part_stats
             norms.append(norm)
-        return stats, float(np.mean(norms))
+        return stats, float(np.mean(norms)), drift.summary()
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole policy on rank 0 (CPU tensors, transformers names); {} on the others."""

@@ -140,6 +140,16 @@ class LogprobDrift:
                 "logprob_drift/max": self.abs_max}
 
 
+def logprob_drift(logprobs: torch.Tensor, batch: Sequence[TrainSequence], settings: UpdateSettings
+                  ) -> LogprobDrift:
+    """The drift of ``recompute_logprobs``'s answer for ``batch`` from its sampled log-probs."""
+    sampled = collate(batch, settings.pad_id, logprobs.device)
+    delta = (logprobs - sampled.old_logprobs).abs()[sampled.loss_mask.bool()]
+    if not delta.numel():
+        return LogprobDrift()
+    return LogprobDrift(delta.numel(), float(delta.sum()), float(delta.max()))
+
+
 def with_current_logprobs(
     model: torch.nn.Module, sequences: Sequence[TrainSequence], settings: UpdateSettings
 ) -> tuple[list[TrainSequence], LogprobDrift]:
@@ -148,10 +158,7 @@ def with_current_logprobs(
     result, drift = [], LogprobDrift()
     for batch in micro_batches(sequences, settings.micro_batch_tokens):
         logprobs = recompute_logprobs(model, batch, settings)
-        sampled = collate(batch, settings.pad_id, logprobs.device)
-        delta = (logprobs - sampled.old_logprobs).abs()[sampled.loss_mask.bool()]
-        if delta.numel():
-            drift = drift + LogprobDrift(delta.numel(), float(delta.sum()), float(delta.max()))
+        drift = drift + logprob_drift(logprobs, batch, settings)
         for row, sequence in enumerate(batch):
             width = len(sequence.response_ids)
             fresh = logprobs[row, logprobs.shape[1] - width:].tolist()

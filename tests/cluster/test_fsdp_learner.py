@@ -31,7 +31,7 @@ def config(tmp_path):
         "data": {"train": "unused.jsonl"},
         "rl": {"steps": 4, "prompts_per_step": 1, "group_size": 2, "micro_batch_tokens": 40,
                "optimizer": {"lr": LR, "warmup_steps": 0}},
-        "cluster": {"nodes": 1, "cpus_per_node": 4, "learner": {"ranks": 2},
+        "cluster": {"nodes": 1, "cpus_per_node": 4, "learner": {"ranks": 2}, "weight_sync": "gather",
                     "sandbox": {"services_per_node": 0}},
     })
 
@@ -63,6 +63,8 @@ def test_two_gloo_ranks_update_like_one_process(config, tokenizer, local_ray):
     try:
         assert isinstance(learner, Learner)
         stats, norm = learner.learn(data)
+        assert learner.measured == pytest.approx(local.measured, rel=1e-4)  # logprob_drift/*
+        assert learner.measured["logprob_drift/mean"] > 0.1  # the batch's made-up log-probs
         sharded = learner.full_state_dict()
         # the engine receives exactly the gathered weights
         asyncio.run(learner.push_weights())

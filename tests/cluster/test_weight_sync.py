@@ -50,7 +50,10 @@ def logprob_gap(fleet, learner, tokenizer, config):
 
 
 def test_broadcast_sync_makes_members_equal_the_learner(config, tokenizer, local_ray):  # noqa: F811
-    config = config.model_copy(update={"rl": config.rl.model_copy(update={"optimizer": config.rl.optimizer.model_copy(update={"lr": 1e-3})})})
+    optimizer = config.rl.optimizer.model_copy(update={"lr": 1e-3})
+    config = config.model_copy(update={
+        "rl": config.rl.model_copy(update={"optimizer": optimizer}),
+        "cluster": config.cluster.model_copy(update={"weight_sync": "broadcast"})})
     fleet = open_fleet([MemberSpec(ray=True, max_batch_size=2)] * 2, "static", model="default",
                        dtype="float32", seed=0, tokenizer=tokenizer)
     learner = DistributedLearner(config, fleet, pad_id=tokenizer.pad_token_id)
