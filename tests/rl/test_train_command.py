@@ -1,5 +1,5 @@
-"""`rstar2 train` on a recipe this trainer cannot run says what it needs in one line, before it
-writes anything."""
+"""`rstar2 train` on the paper's 14B recipes, on a machine without their cluster, says what they
+need in one line (after the device note), before it writes anything."""
 
 from pathlib import Path
 
@@ -14,9 +14,9 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("stage", [1, 2, 3])
 def test_the_14b_recipes_say_what_they_need(stage, tmp_path):
     recipe = REPO / "recipes" / f"qwen3-14b-stage{stage}.yaml"
-    assert "NEEDS vLLM engine members" in recipe.read_text().splitlines()[0]
+    assert recipe.read_text().startswith("# NEEDS ")
     result = CliRunner().invoke(app, ["train", str(recipe), "--set", f"runs_dir={tmp_path}"])
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit)  # no traceback
-    assert result.output.strip().splitlines() == [result.output.strip()]
-    assert result.output.startswith("error: ") and "vLLM engines as Ray actor members" in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "not built yet" in errors[0] and "Traceback" not in result.output
     assert list(tmp_path.iterdir()) == []  # nothing written
