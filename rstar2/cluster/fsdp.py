@@ -31,6 +31,7 @@ from rstar2.rl.loss import LossStats
 from rstar2.rl.update import (
     LogprobDrift,
     UpdateSettings,
+    clip_and_step,
     logprob_drift,
     micro_batch_loss,
     recompute_logprobs,
@@ -83,11 +84,7 @@ def sharded_update(model, optimizer, scheduler, sequences: Sequence[TrainSequenc
         if weight:
             stats = stats + batch_stats
         del loss
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    grad_norm = torch.nn.utils.clip_grad_norm_(trainable, settings.max_grad_norm)
-    optimizer.step()
-    scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
+    grad_norm = clip_and_step(model, optimizer, scheduler, settings.max_grad_norm)
     return sum_over_ranks(stats, world), float(full(grad_norm))
 
 

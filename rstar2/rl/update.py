@@ -68,12 +68,18 @@ def policy_update(
         loss.backward()
         stats = stats + batch_stats
         del loss
+    return stats, float(clip_and_step(model, optimizer, scheduler, settings.max_grad_norm))
+
+
+def clip_and_step(model: torch.nn.Module, optimizer, scheduler, max_grad_norm: float) -> torch.Tensor:
+    """Clip the accumulated gradients, step the optimizer and the schedule, and clear the
+    gradients; the norm before clipping (a sharded policy's norm is a DTensor) is returned."""
     trainable = [p for p in model.parameters() if p.requires_grad]
-    grad_norm = torch.nn.utils.clip_grad_norm_(trainable, settings.max_grad_norm)
+    grad_norm = torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm)
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    return stats, float(grad_norm)
+    return grad_norm
 
 
 def micro_batch_loss(
