@@ -19,7 +19,6 @@ import socket
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -30,7 +29,7 @@ from rstar2.rl.config import validate_config
 from rstar2.rl.loss import LossStats
 from rstar2.rl.optim import build_optimizer, build_scheduler
 from rstar2.rl.policy import load_policy
-from rstar2.rl.update import UpdateSettings
+from rstar2.rl.update import UpdateSettings, updates_over_parts
 
 SHARDED_DIR = "sharded"
 
@@ -84,15 +83,11 @@ class LearnerRank:
         the current weights (and their ``logprob_drift/*`` from the sampled ones), then
         ``updates_per_step`` sharded updates."""
         sequences, drift = sharded_logprobs(self.model, sequences, self.settings, self.mesh)
-        stats, norms = None, []
-        for part in np.array_split(np.arange(len(sequences)), self.config.rl.updates_per_step):
-            if len(part) == 0:
-                continue
-            part_stats, norm = sharded_update(self.model, self.optimizer, self.scheduler,
-                                              [sequences[i] for i in part], self.settings, self.mesh)
-            stats = part_stats if stats is None else stats + part_stats
-            norms.append(norm)
-        return stats, float(np.mean(norms)), drift.summary()
+        stats, grad_norm = updates_over_parts(
+            sequences, self.config.rl.updates_per_step,
+            lambda part: sharded_update(self.model, self.optimizer, self.scheduler, part,
+                                        self.settings, self.mesh))
+        return stats, grad_norm, drift.summary()
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole policy on rank 0 (CPU tensors, transformers names); {} on the others."""

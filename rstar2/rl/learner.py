@@ -25,7 +25,6 @@ import copy
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-import numpy as np
 import torch
 
 from rstar2.engines.base import TrainableEngine
@@ -40,12 +39,16 @@ from rstar2.rl.checkpoint import (
 from rstar2.rl.config import RunConfig
 from rstar2.rl.loss import LossStats
 from rstar2.rl.optim import build_optimizer, build_scheduler
-from rstar2.rl.update import UpdateSettings, policy_update, with_current_logprobs
+from rstar2.rl.update import UpdateSettings, policy_update, updates_over_parts, with_current_logprobs
 
 
 @runtime_checkable
 class Learner(Protocol):
     """What the trainer's step needs from whatever holds and trains the policy."""
+
+    measured: dict[str, float]
+    """What the last ``learn`` measured beside the loss (``logprob_drift/*`` where the old
+    log-probs were recomputed; empty otherwise); the trainer logs it with the step."""
 
     def restore(self, resume: bool) -> TrainingState | None:
         """Load the run's latest checkpoint when ``resume`` and one exists (weights, optimizer,
@@ -129,15 +132,10 @@ class LocalLearner:
         if not self.colocated:
             sequences, drift = with_current_logprobs(self.model, sequences, self.settings)
             self.measured = drift.summary()
-        stats, norms = None, []
-        for part in np.array_split(np.arange(len(sequences)), self.config.rl.updates_per_step):
-            if len(part) == 0:
-                continue
-            part_stats, norm = policy_update(self.model, self.optimizer, self.scheduler,
-                                             [sequences[i] for i in part], self.settings, self.reference)
-            stats = part_stats if stats is None else stats + part_stats
-            norms.append(norm)
-        return stats, float(np.mean(norms))
+        return updates_over_parts(
+            sequences, self.config.rl.updates_per_step,
+            lambda part: policy_update(self.model, self.optimizer, self.scheduler, part,
+                                       self.settings, self.reference))
 
     async def push_weights(self) -> None:
         """A colocated engine already reads the weights and only drops the keys/values the

@@ -101,7 +101,7 @@ class Trainer:
         timings = {**batch.timings, "update": time.perf_counter() - update_started,
                    "step": time.perf_counter() - started}
         metrics = step_metrics(batch.groups, decisions, stats, grad_norm, lr, timings)
-        metrics.update(getattr(self.learner, "measured", {}))  # e.g. LocalLearner's logprob_drift/*
+        metrics.update(self.learner.measured)
         shown = self.config.logging.rollouts_per_step
         rows = rollout_rows(step + 1, problems[:shown], batch.groups[:shown], decisions[:shown],
                             self.sampler.tokenizer)

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from rstar2.engines.device import module_device
@@ -69,6 +70,22 @@ def policy_update(
         stats = stats + batch_stats
         del loss
     return stats, float(clip_and_step(model, optimizer, scheduler, settings.max_grad_norm))
+
+
+def updates_over_parts(sequences: Sequence[TrainSequence], updates: int,
+                       update: Callable[[list[TrainSequence]], tuple[LossStats, float]]
+                       ) -> tuple[LossStats | None, float]:
+    """Split ``sequences`` into ``updates`` consecutive parts and run ``update`` on each (one
+    optimizer update a part); the summed loss stats and the mean gradient norm. Shared by the
+    single-process and the sharded learner, so both cut the step the same way."""
+    stats, norms = None, []
+    for part in np.array_split(np.arange(len(sequences)), updates):
+        if len(part) == 0:
+            continue
+        part_stats, norm = update([sequences[i] for i in part])
+        stats = part_stats if stats is None else stats + part_stats
+        norms.append(norm)
+    return stats, float(np.mean(norms))
 
 
 def clip_and_step(model: torch.nn.Module, optimizer, scheduler, max_grad_norm: float) -> torch.Tensor:
