@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from urllib.parse import urlparse
 
 from rstar2.sandbox.worker import parent_pids
@@ -54,3 +55,22 @@ def worker_pids(url: str) -> list[int]:
     # One snapshot for both: a child forked between two snapshots would look parentless.
     return [pid for pid in descendants(service_pid(url), parents)
             if runs_worker(pid) and not runs_worker(parents.get(pid, 0))]
+
+
+def alive(pid: int) -> bool:
+    """Whether pid is a running process (a zombie is dead: it only waits to be reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2 :].split()[0] != b"Z"
+
+
+def wait_until_gone(pids, wait_s: float = 15.0) -> list[int]:
+    """Poll until none of pids is alive or wait_s passes; the ones still alive. The cleanup runs
+    after the answer is sent, so on a loaded machine it may trail the call by a moment."""
+    deadline = time.monotonic() + wait_s
+    while (left := [pid for pid in pids if alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left

@@ -12,7 +12,7 @@ import pytest
 
 from rstar2.sandbox import SandboxClient, local_sandbox
 from tests.sandbox.helpers import run
-from tests.sandbox.procs import descendants, parent_of, service_pid, worker_pids
+from tests.sandbox.procs import descendants, parent_of, service_pid, wait_until_gone, worker_pids
 
 
 def wait_for_workers(url: str, n: int, wait_s: float = 60.0) -> None:
@@ -98,8 +98,7 @@ def test_stopping_the_service_leaves_no_process_or_zombie():
         run(url, "import subprocess; subprocess.Popen(['sleep', '600'], start_new_session=True)")
         below = set(descendants(service_pid(url)))
         assert len(below) >= 4  # two bubblewraps, two workers (and maybe the sleeper, until cleaned up)
-    time.sleep(0.5)
-    assert [pid for pid in below if os.path.exists(f"/proc/{pid}")] == []
+    assert wait_until_gone(below) == []
 
 
 def test_unsafe_mode_runs_and_kills_detached_children():
@@ -108,6 +107,5 @@ def test_unsafe_mode_runs_and_kills_detached_children():
         code = "import os, time\npid = os.fork()\nif pid == 0:\n    os.setsid()\n    time.sleep(600)\nprint(pid)"
         sleeper = int(run(url, code).stdout)
         (worker,) = worker_pids(url)
-        time.sleep(0.5)
-        assert not os.path.exists(f"/proc/{sleeper}")  # the detached sleeper was found and killed
+        assert wait_until_gone([sleeper]) == []  # the detached sleeper was found and killed
         assert len(descendants(worker)) <= 1  # nothing left but the child forked for the next call
