@@ -56,9 +56,9 @@ def train(
 def print_plan(config) -> None:
     """``--plan``: the placement and memory of the recipe's cluster, or a one-line refusal."""
     from rstar2.cluster.architectures import UnknownArchitecture
-    from rstar2.cluster.plan import PlacementError, plan_run, render
+    from rstar2.cluster.plan import PlacementError, UnsupportedPlacement, plan_run, render
 
     try:
         typer.echo(render(plan_run(config)))
-    except (PlacementError, UnknownArchitecture) as error:
+    except (PlacementError, UnknownArchitecture, UnsupportedPlacement) as error:
         fail(error)

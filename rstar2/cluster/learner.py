@@ -30,7 +30,7 @@ from typing import Any
 import ray
 import torch
 
-from rstar2.cluster.plan import weight_sync_method
+from rstar2.cluster.plan import check_learner_options, weight_sync_method
 from rstar2.cluster.weight_sync import WeightSync, open_weight_sync
 from rstar2.engines.base import TrainableEngine
 from rstar2.rl.checkpoint import (
@@ -60,6 +60,7 @@ class DistributedLearner:
 
         from rstar2.cluster.rank import LearnerRank
 
+        check_learner_options(config)
         self.config, self.engine = config, engine
         self.sync: WeightSync | None = None
         self.sync_seconds: list[float] = []
@@ -85,9 +86,6 @@ class DistributedLearner:
         return ray.get([getattr(rank, method).remote(*args) for rank in self.ranks])
 
     def restore(self, resume: bool) -> TrainingState | None:
-        if self.config.rl.loss.kl_coef > 0:
-            raise ValueError("cluster: the distributed learner has no KL reference yet; "
-                             "set rl.loss.kl_coef to 0 (the paper's value)")
         latest = latest_checkpoint(self.checkpoints) if resume else None
         if latest is not None:
             self.on_all("load", str(latest))

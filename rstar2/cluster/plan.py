@@ -72,10 +72,27 @@ def check_cluster_run(config: RunConfig) -> None:
     """Refuse, before anything starts or is written, a placement that cannot fit
     (``PlacementError``) or engines this launcher cannot build (``UnsupportedPlacement``)."""
     plan_run(config)
+    if not config.rollout.sandbox_urls and config.cluster.sandbox.services_per_node == 0:
+        raise UnsupportedPlacement(
+            f"{config.name}: the Python tool has no sandbox: set cluster.sandbox.services_per_node "
+            "above 0 or list running services in rollout.sandbox_urls")
     if not config.rollout.members and config.rollout.engine == "vllm":
         raise UnsupportedPlacement(
             f"{config.name}: vLLM engines as Ray actor members are not built yet; list running "
             "vLLM servers as rollout.members (kind: openai), or `--plan` for the placement")
+
+
+def check_learner_options(config: RunConfig) -> None:
+    """Refuse what the distributed learner does not do (``UnsupportedPlacement``), before any
+    rank starts: a KL reference policy and LoRA adapters train in one process only."""
+    unsupported = []
+    if config.rl.loss.kl_coef > 0:
+        unsupported.append("a KL reference (rl.loss.kl_coef > 0; the paper uses 0)")
+    if config.model.lora is not None:
+        unsupported.append("LoRA (model.lora; train all weights, or drop the cluster: section)")
+    if unsupported:
+        raise UnsupportedPlacement(f"{config.name}: the distributed learner does not support "
+                                   + " or ".join(unsupported))
 
 
 def weight_sync_method(config: RunConfig) -> str:
@@ -94,6 +111,7 @@ def plan_run(config: RunConfig) -> Plan:
     cluster = config.cluster
     if cluster is None:
         raise PlacementError("the recipe has no cluster: section, so it trains in this process")
+    check_learner_options(config)
     arch = architecture(cluster.architecture, config.model.path)
     nodes = place(cluster)
     learner = learner_memory(config, arch)

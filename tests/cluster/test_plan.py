@@ -8,7 +8,15 @@ from typer.testing import CliRunner
 
 from rstar2.cli.app import app
 from rstar2.cluster.architectures import KNOWN, UnknownArchitecture, architecture, from_config_json
-from rstar2.cluster.plan import GIB, PlacementError, place, plan_run, span
+from rstar2.cluster.plan import (
+    GIB,
+    PlacementError,
+    UnsupportedPlacement,
+    check_cluster_run,
+    place,
+    plan_run,
+    span,
+)
 from rstar2.rl.config import load_config, validate_config
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
@@ -85,6 +93,25 @@ def test_cpu_cluster_counts_cores():
     plan = plan_run(config_with({**cluster, "cpus_per_node": 5}))
     assert plan.nodes[0].learner_ranks == [0, 1] and plan.nodes[0].free_cpus == 0
     assert plan.weight_sync == "broadcast"
+
+
+@pytest.mark.parametrize("override, named", [("rl.loss.kl_coef=0.01", "KL reference"),
+                                             ("model.lora.rank=8", "LoRA")])
+def test_learner_options_the_cluster_cannot_train_are_refused_at_plan_time(override, named):
+    """Before any rank starts: ``--plan`` and ``rstar2 train`` both answer one line."""
+    recipe = str(RECIPES / "cpu-cluster.yaml")
+    for extra in (["--plan"], []):
+        refused = CliRunner().invoke(app, ["train", recipe, *extra, "--set", override])
+        assert refused.exit_code == 2, refused.output
+        message = refused.output.strip().splitlines()[-1]  # after the device line
+        assert message.startswith("error:") and named in message
+        assert "Traceback" not in refused.output
+
+
+def test_a_cluster_run_without_any_sandbox_is_refused():
+    config = load_config(RECIPES / "cpu-cluster.yaml", ["cluster.sandbox.services_per_node=0"])
+    with pytest.raises(UnsupportedPlacement, match="sandbox_urls"):
+        check_cluster_run(config)
 
 
 def test_parameter_count_matches_the_real_model():
