@@ -32,6 +32,7 @@ def train(
     """
     from rstar2.cluster.architectures import UnknownArchitecture
     from rstar2.cluster.plan import PlacementError, UnsupportedPlacement
+    from rstar2.cluster.sandboxes import SandboxServicesDown
     from rstar2.rl.config import ConfigError, load_config
     from rstar2.rl.launch import RunExists
     from rstar2.rl.launch import train as run_training
@@ -48,7 +49,8 @@ def train(
     announce_device(config.model.device)
     try:
         final = run_training(config, resume=resume)
-    except (RunExists, ImportError, PlacementError, UnknownArchitecture, UnsupportedPlacement) as error:
+    except (RunExists, ImportError, PlacementError, UnknownArchitecture, UnsupportedPlacement,
+            SandboxServicesDown) as error:
         fail(error)  # ImportError: an extra is missing
     typer.echo(f"done: metrics in {config.run_dir / 'metrics.jsonl'}, trained model in {final}")
 

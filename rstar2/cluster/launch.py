@@ -11,7 +11,8 @@ Ray actor members (``rstar2.engines.fleet``), unless ``rollout.members`` lists t
 itself (e.g. external vLLM/SGLang servers). After every update the gathered weights go to every
 member (the driver-mediated path: rank 0's full state dict through Ray's object store).
 Sandbox services: ``rollout.sandbox_urls`` when given, else ``cluster.sandbox.services_per_node``
-local ones on the driver's node.
+on every node of the cluster (``rstar2.cluster.sandboxes``), started first (they are pinned to
+their nodes, while the learner's and the fleet's placement can go anywhere) and stopped last.
 """
 
 from __future__ import annotations
@@ -25,13 +26,15 @@ from rich.console import Console
 
 from rstar2.cluster.learner import DistributedLearner
 from rstar2.cluster.plan import check_cluster_run
+from rstar2.cluster.sandboxes import NodeSandboxes
 from rstar2.engines.base import TrainableEngine
 from rstar2.engines.factory import MemberSpec, open_fleet
+from rstar2.engines.loading import DEFAULT_MODEL
 from rstar2.reward import Grader
 from rstar2.rl.config import RunConfig
 from rstar2.rl.sampler import Sampler
 from rstar2.rl.trainer import Trainer
-from rstar2.sandbox import SandboxClient, local_sandbox
+from rstar2.sandbox import SandboxClient, SandboxUnavailable
 
 
 def train_on_cluster(config: RunConfig, tokenizer, problems, resume: bool, console: Console,
@@ -39,20 +42,52 @@ def train_on_cluster(config: RunConfig, tokenizer, problems, resume: bool, conso
     """The run ``config`` describes, placed on Ray; returns the exported final model directory
     (with ``card``, how the model was trained to be prompted)."""
     check_cluster_run(config)
+    config = with_absolute_paths(config)
     connect_ray(config, console)
-    engine = cluster_engine(config, tokenizer)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    learner = DistributedLearner(config, engine, pad_id)
     with contextlib.ExitStack() as stack:
-        stack.callback(learner.close)
+        services = None if config.rollout.sandbox_urls else node_sandboxes(config, console)
+        if services is not None:
+            stack.callback(services.close)
+        engine = cluster_engine(config, tokenizer)
         stack.callback(lambda: asyncio.run(engine.close()))
-        urls = list(config.rollout.sandbox_urls) or [
-            stack.enter_context(local_sandbox(workers=config.cluster.sandbox.workers_per_service,
-                                              timeout_s=config.rollout.tool_timeout_s))
-            for _ in range(config.cluster.sandbox.services_per_node)]
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        learner = DistributedLearner(config, engine, pad_id)
+        stack.callback(learner.close)
         grader = stack.enter_context(Grader())
-        asyncio.run(run(config, learner, engine, tokenizer, urls, grader, problems, resume, console))
+        urls = services.urls if services is not None else list(config.rollout.sandbox_urls)
+        try:
+            asyncio.run(run(config, learner, engine, tokenizer, urls, grader, problems, resume,
+                            console))
+        except SandboxUnavailable:
+            if services is not None:
+                services.check()  # names the node whose services are gone, if that is why
+            raise
         return learner.export(tokenizer, config.run_dir / "final", card)
+
+
+def with_absolute_paths(config: RunConfig) -> RunConfig:
+    """``config`` with the paths the ranks and members open made absolute from this process's
+    working directory: Ray starts workers on other nodes (and under ``ray job submit``) in other
+    directories. The paths must still lie on storage every node sees; a model or checkpoint
+    path that is not here (or 'default') is left as it is."""
+    def absolute(path: str | None) -> str | None:
+        if path is None or path == DEFAULT_MODEL or not Path(path).expanduser().exists():
+            return path
+        return str(Path(path).expanduser().resolve())
+
+    model = config.model.model_copy(update={"path": absolute(config.model.path)})
+    init = config.rl.init.model_copy(update={"checkpoint": absolute(config.rl.init.checkpoint)})
+    runs_dir = str(Path(config.runs_dir).expanduser().resolve())
+    return config.model_copy(update={"runs_dir": runs_dir, "model": model,
+                                     "rl": config.rl.model_copy(update={"init": init})})
+
+
+def node_sandboxes(config: RunConfig, console: Console) -> NodeSandboxes:
+    """``cluster.sandbox.services_per_node`` services on every node of the Ray cluster."""
+    with console.status("starting sandbox services on every node"):
+        services = NodeSandboxes(config.cluster.sandbox, timeout_s=config.rollout.tool_timeout_s)
+    console.print(f"sandbox: {len(services.urls)} services on {len(services.nodes)} nodes")
+    return services
 
 
 def connect_ray(config: RunConfig, console: Console) -> None:

@@ -1,6 +1,6 @@
 """Weight sync: how the learner's new weights reach the engines after every update.
 
-    sync = open_weight_sync(config, learner_ranks, engine)
+    sync = open_weight_sync(method, learner, engine)
     seconds = await sync.push()
 
 Two ways, one interface (``WeightSync.push``), chosen by placement (``cluster.weight_sync``):
@@ -10,12 +10,13 @@ Two ways, one interface (``WeightSync.push``), chosen by placement (``cluster.we
   in-process (``VLLMEngine``: ``collective_rpc`` to every worker's ``load_weights``, the path
   verl and TRL use), a fleet of HTTP members (a directory they reload:
   ``/update_weights_from_disk``) or of Ray actors (through Ray's object store).
-* ``BroadcastSync`` ('broadcast'): learner rank 0 and every Ray actor member form their own
+* ``BroadcastSync`` ('broadcast'): learner rank 0 and every live Ray actor member form their own
   gloo process group (a ``TCPStore`` rank 0 serves; no ``init_process_group``, so it lives
   beside the learner's group), and rank 0 broadcasts the weights in buckets of
   ``bucket_bytes``, each one flat tensor of one dtype; each member rebuilds the state dict from
-  the manifest (names, shapes, dtypes, sent once when the group forms) and loads it. The weights
-  never pass through the driver.
+  the manifest (names, shapes, dtypes, read once from rank 0) and loads it. The weights never
+  pass through the driver. A member the fleet replaces gets the current weights the same way
+  (``Fleet.catch_up``), and the next push forms the group again with it.
 
 A colocated engine (the single-process path) needs neither: ``LocalLearner`` keeps it.
 """
@@ -116,25 +117,51 @@ class GatherSync:
 
 
 class BroadcastSync:
-    """Bucketed broadcast from learner rank 0 to Ray actor members; see the module docstring."""
+    """Bucketed broadcast from learner rank 0 to the fleet's Ray actor members; see the module
+    docstring. The group is formed again whenever the members that answer change (one died,
+    or its replacement is up), and a replaced member is caught up at once over a group of
+    rank 0 and itself, so it never samples from the initial weights."""
 
-    def __init__(self, learner, actors: list, bucket_bytes: int = BUCKET_BYTES):
+    def __init__(self, learner, fleet, bucket_bytes: int = BUCKET_BYTES):
         import ray
 
-        self.learner, self.actors, self.bucket_bytes = learner, actors, bucket_bytes
-        address, port = ray.get(learner.ranks[0].endpoint.remote())
-        size = len(actors) + 1
-        ray.get([learner.ranks[0].join_weight_group.remote(address, port, size)]
-                + [actor.join_weight_group.remote(address, port, i + 1, size)
-                   for i, actor in enumerate(actors)])
+        self.learner, self.fleet, self.bucket_bytes = learner, fleet, bucket_bytes
         self.manifest = ray.get(learner.ranks[0].weight_manifest.remote())
+        self.group: list = []  # the actors in rank 0's current weight group
+        self.lock = asyncio.Lock()  # one group at a time
+        fleet.catch_up = self.catch_up
 
     async def push(self) -> float:
         start = time.perf_counter()
-        await asyncio.gather(*[rank.broadcast_weights.remote(self.bucket_bytes) for rank in self.learner.ranks],
-                             *[actor.receive_weights.remote(self.manifest, self.bucket_bytes)
-                               for actor in self.actors])
+        async with self.lock:
+            live = await self.fleet.live_members()  # the dead are replaced, then caught up
+            await self.send([self.fleet.members[index].actor for index in live])
         return time.perf_counter() - start
+
+    async def catch_up(self, member) -> None:
+        """The learner's current weights to a member that has just replaced a dead one."""
+        async with self.lock:
+            await self.send([member.actor])
+
+    async def send(self, actors: list) -> None:
+        if not actors:
+            return
+        if actors != self.group:
+            await self.form(actors)
+        ranks = self.learner.ranks
+        await asyncio.gather(*[rank.broadcast_weights.remote(self.bucket_bytes) for rank in ranks],
+                             *[actor.receive_weights.remote(self.manifest, self.bucket_bytes)
+                               for actor in actors])
+
+    async def form(self, actors: list) -> None:
+        """A new group of rank 0 and ``actors``; each drops the one it was in."""
+        rank0 = self.learner.ranks[0]
+        address, port = await rank0.endpoint.remote()
+        size = len(actors) + 1
+        await asyncio.gather(rank0.join_weight_group.remote(address, port, size),
+                             *[actor.join_weight_group.remote(address, port, i + 1, size)
+                               for i, actor in enumerate(actors)])
+        self.group = list(actors)
 
 
 def open_weight_sync(method: str, learner, engine) -> WeightSync:
@@ -145,4 +172,4 @@ def open_weight_sync(method: str, learner, engine) -> WeightSync:
     if not actors or None in actors:
         raise ValueError("cluster.weight_sync 'broadcast' needs a fleet of Ray actor members; "
                          "use 'gather' for other engines")
-    return BroadcastSync(learner, actors)
+    return BroadcastSync(learner, engine)

@@ -75,3 +75,39 @@ def test_broadcast_sync_makes_members_equal_the_learner(config, tokenizer, local
         asyncio.run(fleet.close())
     assert synced_gap < 1e-4 and again_gap < 1e-4
     assert stale_gap > 100 * max(synced_gap, again_gap, 1e-6)
+
+
+async def push_and_settle(learner, fleet):
+    """One sync, then wait for the replacements the fleet started during it."""
+    await learner.push_weights()
+    while fleet.restarts:
+        await asyncio.gather(*fleet.restarts)
+
+
+def test_a_replaced_member_rejoins_the_broadcast(config, tokenizer, local_ray):  # noqa: F811
+    """A member actor killed between steps: the next sync finds it dead, the fleet replaces it,
+    the replacement is caught up over the broadcast (the fleet keeps no weights to fall back
+    on in this mode), and the sync after that reaches it in the whole group again."""
+    config = config.model_copy(update={
+        "cluster": config.cluster.model_copy(update={"weight_sync": "broadcast"})})
+    fleet = open_fleet([MemberSpec(ray=True, max_batch_size=2)] * 2, "static", model="default",
+                       dtype="float32", seed=0, tokenizer=tokenizer)
+    learner = DistributedLearner(config, fleet, pad_id=tokenizer.pad_token_id)
+    try:
+        asyncio.run(learner.push_weights())
+        learner.learn(batch(tokenizer))
+        killed = fleet.members[0].actor
+        local_ray.kill(killed)
+        asyncio.run(push_and_settle(learner, fleet))
+        assert fleet.replaced == 1 and fleet.members[0].actor != killed
+        assert fleet.last_weights is None  # nothing went through the fleet's own fallback
+        expected = checksum(learner.full_state_dict())
+        assert member_checksums(fleet) == [expected, expected]
+        learner.learn(batch(tokenizer))
+        asyncio.run(learner.push_weights())
+        assert learner.sync.group == [member.actor for member in fleet.members]
+        moved = checksum(learner.full_state_dict())
+        assert moved != expected and member_checksums(fleet) == [moved, moved]
+    finally:
+        learner.close()
+        asyncio.run(fleet.close())

@@ -14,7 +14,8 @@ A member that dies (``MemberDown``: a closed engine, a refused connection, a dea
 taken out of the schedule; every trajectory pinned to it raises ``TrajectoryLost`` at its next
 (or current) turn, and ``run_trajectory`` runs it again from its start on whichever member the
 scheduler admits it to, so each rollout still yields exactly one trajectory. A member that can
-be replaced (a Ray actor) is restarted in the background, given the last weights, and
+be replaced (a Ray actor) is restarted in the background, given the current weights (the last
+ones pushed through the fleet, or through ``catch_up`` when a weight sync bypasses it), and
 rejoins the schedule empty.
 """
 
@@ -24,7 +25,7 @@ import asyncio
 import contextvars
 import itertools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -89,6 +90,9 @@ class Fleet:
         self.poller: asyncio.Task | None = None
         self.restarts: set[asyncio.Task] = set()
         self.last_weights: Mapping | None = None
+        self.catch_up: Callable[[Member], Awaitable[None]] | None = None
+        """How a replaced member gets the current weights when they do not pass through
+        ``update_weights`` (a broadcast weight sync sets it); None: ``last_weights``."""
         self.seed: int | None = None
         self.reruns = 0  # trajectories run again because their member died
         self.replaced = 0  # members restarted
@@ -137,6 +141,15 @@ class Fleet:
         self.seed = seed
         for index, member in enumerate(self.members):
             member.reseed(member_seed(seed, index))
+
+    async def live_members(self) -> list[int]:
+        """Indices of the members that answer now; one that does not is lost here (and
+        replaced in the background where it can be), as if a trajectory had found it dead."""
+        await self.ready()
+        for index, load in enumerate(await self.loads()):
+            if load is None:
+                self.lose(index)
+        return [index for index, books in enumerate(self.scheduler.members) if books.alive]
 
     async def loads(self) -> list[EngineLoad | None]:
         """Each member's own reading of its load (None for a dead one)."""
@@ -236,7 +249,9 @@ class Fleet:
         member = self.members[index]
         try:
             if await member.restart():
-                if self.last_weights is not None:
+                if self.catch_up is not None:
+                    await self.catch_up(member)
+                elif self.last_weights is not None:
                     await member.update_weights(self.last_weights)
                 if self.seed is not None:
                     member.reseed(member_seed(self.seed, index))
