@@ -70,6 +70,8 @@ class NodeSandboxes:
 
         cpus = placement.services_per_node * placement.workers_per_service
         nodes = [node for node in ray.nodes() if node["Alive"] and node["Resources"].get("CPU", 0)]
+        if not nodes:
+            raise SandboxServicesDown("no node of the Ray cluster has CPUs for sandbox services")
         for node in nodes:
             if node["Resources"]["CPU"] < cpus:
                 raise SandboxServicesDown(

@@ -49,14 +49,20 @@ def logprob_gap(fleet, learner, tokenizer, config):
     return (mine - torch.tensor(completion.logprobs)).abs().mean().item()
 
 
-def test_broadcast_sync_makes_members_equal_the_learner(config, tokenizer, local_ray):  # noqa: F811
-    optimizer = config.rl.optimizer.model_copy(update={"lr": 1e-3})
+def broadcasting(config, tokenizer, **optimizer):
+    """``config`` with the broadcast sync (and ``optimizer`` settings), a fleet of 2 Ray actor
+    members and a learner over it."""
+    optimizer = config.rl.optimizer.model_copy(update=optimizer)
     config = config.model_copy(update={
         "rl": config.rl.model_copy(update={"optimizer": optimizer}),
         "cluster": config.cluster.model_copy(update={"weight_sync": "broadcast"})})
     fleet = open_fleet([MemberSpec(ray=True, max_batch_size=2)] * 2, "static", model="default",
                        dtype="float32", seed=0, tokenizer=tokenizer)
-    learner = DistributedLearner(config, fleet, pad_id=tokenizer.pad_token_id)
+    return config, fleet, DistributedLearner(config, fleet, pad_id=tokenizer.pad_token_id)
+
+
+def test_broadcast_sync_makes_members_equal_the_learner(config, tokenizer, local_ray):  # noqa: F811
+    config, fleet, learner = broadcasting(config, tokenizer, lr=1e-3)
     try:
         asyncio.run(learner.push_weights())
         assert isinstance(learner.sync, BroadcastSync)
@@ -88,11 +94,7 @@ def test_a_replaced_member_rejoins_the_broadcast(config, tokenizer, local_ray): 
     """A member actor killed between steps: the next sync finds it dead, the fleet replaces it,
     the replacement is caught up over the broadcast (the fleet keeps no weights to fall back
     on in this mode), and the sync after that reaches it in the whole group again."""
-    config = config.model_copy(update={
-        "cluster": config.cluster.model_copy(update={"weight_sync": "broadcast"})})
-    fleet = open_fleet([MemberSpec(ray=True, max_batch_size=2)] * 2, "static", model="default",
-                       dtype="float32", seed=0, tokenizer=tokenizer)
-    learner = DistributedLearner(config, fleet, pad_id=tokenizer.pad_token_id)
+    _, fleet, learner = broadcasting(config, tokenizer)
     try:
         asyncio.run(learner.push_weights())
         learner.learn(batch(tokenizer))
