@@ -43,6 +43,11 @@ def descendants(pid: int, parents: dict[int, int] | None = None) -> list[int]:
 
 def worker_pids(url: str) -> list[int]:
     """The worker processes of a service: Python running worker.py, not forked from another one."""
+    return workers_below(service_pid(url))
+
+
+def workers_below(ancestor: int) -> list[int]:
+    """The sandbox workers among the descendants of ancestor (a service, or a process running a pool)."""
     parents = parent_pids()
 
     def runs_worker(pid: int) -> bool:
@@ -53,7 +58,7 @@ def worker_pids(url: str) -> list[int]:
         return "bwrap" not in os.path.basename(argv[0].decode()) and any(a.endswith(b"worker.py") for a in argv)
 
     # One snapshot for both: a child forked between two snapshots would look parentless.
-    return [pid for pid in descendants(service_pid(url), parents)
+    return [pid for pid in descendants(ancestor, parents)
             if runs_worker(pid) and not runs_worker(parents.get(pid, 0))]
 
 

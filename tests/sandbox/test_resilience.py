@@ -109,3 +109,25 @@ def test_unsafe_mode_runs_and_kills_detached_children():
         (worker,) = worker_pids(url)
         assert wait_until_gone([sleeper]) == []  # the detached sleeper was found and killed
         assert len(descendants(worker)) <= 1  # nothing left but the child forked for the next call
+
+
+def test_unsafe_mode_kills_the_detached_child_of_a_process_the_call_left_running():
+    """The leftover process is killed first; its detached child then becomes the worker's
+    orphan, alive, and must be killed too, not waited for (which would stall the worker)."""
+    with local_sandbox(workers=1, unsafe_no_isolation=True) as url:
+        code = (
+            "import os, time\n"
+            "r, w = os.pipe()\n"
+            "if os.fork() == 0:\n"
+            "    pid = os.fork()\n"
+            "    if pid == 0:\n"
+            "        os.setsid()\n"
+            "        time.sleep(600)\n"
+            "    os.write(w, str(pid).encode())\n"
+            "    time.sleep(600)\n"
+            "os.close(w)\n"
+            "print(os.read(r, 32).decode())"
+        )
+        detached = int(run(url, code).stdout)
+        assert wait_until_gone([detached]) == []
+        assert run(url, "print('next')").stdout == "next\n"  # the worker is not stuck waiting
