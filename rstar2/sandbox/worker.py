@@ -63,18 +63,27 @@ def keep_heap_in_huge_pages(size: int = 64 << 20) -> None:
     """
     libc = ctypes.CDLL(None)
     libc.malloc.restype = ctypes.c_void_p
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)  # keep the heap: never hand it back
     libc.mallopt(M_TOP_PAD, size)
     libc.mallopt(M_MMAP_THRESHOLD, 32 << 20)  # medium blocks from the heap too
     libc.free(ctypes.c_void_p(libc.malloc(1 << 20)))  # grows the heap by the pad
+    advise_heap(MADV_HUGEPAGE)
+
+
+def advise_heap(advice: int) -> None:
+    """madvise the heap's whole huge pages (from the first 2 MiB boundary in it)."""
     with open("/proc/self/maps") as maps:
         heap = [line.split()[0] for line in maps if line.rstrip().endswith("[heap]")]
-    if heap:
-        low, high = (int(x, 16) for x in heap[0].split("-"))
-        start = -(-low // HUGE_PAGE) * HUGE_PAGE
-        if high - start >= HUGE_PAGE:
-            libc.madvise(start, (high - start) // HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE)
+    if not heap:
+        return
+    low = int(heap[0].split("-")[0], 16)
+    high = int(heap[-1].split("-")[1], 16)
+    start = -(-low // HUGE_PAGE) * HUGE_PAGE
+    if high - start >= HUGE_PAGE:
+        libc = ctypes.CDLL(None)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        libc.madvise(start, (high - start) // HUGE_PAGE * HUGE_PAGE, advice)
+
 
 WARM_MODULES = (
     "math", "cmath", "itertools", "functools", "fractions", "decimal", "collections",
@@ -103,6 +112,8 @@ CHILD_ENV = {
 SNIPPET_FILENAME = "<code>"
 PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD, MADV_HUGEPAGE, HUGE_PAGE = -1, -2, -3, 14, 2 << 20
+MADV_COLLAPSE = 25  # Linux 6.1+; elsewhere madvise fails and the heap stays as it is
+REHEARSAL_CALLS = 8
 EXIT_ERROR = 1
 STDIN_FILE = ".stdin"  # in the private tmp, outside the call's directory
 
@@ -648,8 +659,24 @@ def serve_in_own_arena(cfg: argparse.Namespace, control_in, control_out) -> None
         raise failure[0]
 
 
+def rehearse(cfg: argparse.Namespace) -> None:
+    """Run a few empty calls, then put the warm heap back into huge pages.
+
+    The first calls write once to pages of the warm heap that no later call writes (lazy
+    initialisations in the interpreter and the modules the loop uses); each such write to a
+    page shared with a child splits its huge page. After them the heap is collapsed into huge
+    pages again (``MADV_COLLAPSE``), which later calls then leave mostly whole.
+    """
+    payload = json.dumps({"code": "pass", "stdin": "", "timeout_s": 10.0}).encode()
+    for _ in range(REHEARSAL_CALLS):
+        _, pipes = run_call(cfg, fork_standby(cfg), json.loads(payload), payload)
+        clean_up_after(cfg, pipes)
+    advise_heap(MADV_COLLAPSE)
+
+
 def serve(cfg: argparse.Namespace, control_in, control_out) -> None:
     """Answer requests until the service closes our stdin."""
+    rehearse(cfg)
     standby = fork_standby(cfg)
     write_message(control_out, {"ready": True})
     while (payload := read_message(control_in)) is not None:
