@@ -14,11 +14,13 @@ from tests.sandbox.helpers import run
 from tests.sandbox.procs import descendants, service_pid, worker_pids
 
 
-def standby_of(worker: int, wait_s: float = 10.0) -> int:
-    """The one child a worker keeps forked ahead of its next call (waits for it to appear)."""
+def standby_of(worker: int, wait_s: float = 10.0, replacing: int | None = None) -> int:
+    """The one child a worker keeps forked ahead of its next call (waits for it to appear).
+    ``replacing``: the previous one, which lingers a moment after its answer (the worker kills
+    and reaps it after answering, then forks the next)."""
     deadline = time.monotonic() + wait_s
-    while len(children := descendants(worker)) != 1:
-        assert time.monotonic() < deadline, f"worker has {children} below it, not one standby child"
+    while len(children := descendants(worker)) != 1 or children[0] == replacing:
+        assert time.monotonic() < deadline, f"worker has {children} below it, not one new standby child"
         time.sleep(0.02)
     return children[0]
 
@@ -28,8 +30,8 @@ def test_each_call_runs_in_a_child_forked_before_it_arrived():
         (worker,) = worker_pids(url)
         waiting = standby_of(worker)
         assert int(run(url, "import os; print(os.getpid())").stdout) == waiting
-        following = standby_of(worker)
-        assert following != waiting and not os.path.exists(f"/proc/{waiting}")
+        following = standby_of(worker, replacing=waiting)
+        assert not os.path.exists(f"/proc/{waiting}")  # killed and reaped before the next was forked
         os.kill(following, signal.SIGKILL)  # a standby killed from outside is replaced, not fatal
         time.sleep(0.2)
         assert run(url, "print('ran')").stdout == "ran\n"
