@@ -65,6 +65,7 @@ class ResponseBuilder:
         self.mask: list[int] = []
         self.logprobs: list[float] = []
         self.turns: list[Turn] = []
+        self.weight_versions: set[int] = set()  # of the weights each turn was sampled under
 
     def append(self, ids: Sequence[int], logprobs: Sequence[float] | None = None) -> None:
         """Sampled tokens (with their log-probs) or, without log-probs, forced ones."""
@@ -152,6 +153,7 @@ class Agent:
             tool_calls=calls, num_assistant_turns=len(assistant),
             final_answer=last_answer("".join(t.text for t in assistant)),
             stop_reason=stop, temperature=cfg.temperature,
+            weight_version=min(response.weight_versions, default=None),
         )
 
     async def generate_turn(self, prompt_ids: list[int], response: ResponseBuilder) -> bool:
@@ -164,6 +166,8 @@ class Agent:
         params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=budget)
         completion = (await self.engine.generate([prompt_ids + response.ids], params))[0]
         response.append(completion.token_ids, completion.logprobs)
+        if completion.weight_version is not None:
+            response.weight_versions.add(completion.weight_version)
         return completion.finish_reason != "length"
 
     async def execute(self, parsed: list[ToolCall | ParseError], turn: int

@@ -71,6 +71,9 @@ class Trajectory(BaseModel):
         "turn limit was reached while the model still called the tool; 'max_tokens': the "
         "response budget ran out (truncated).")
     temperature: float = Field(description="Sampling temperature the log-probs refer to.")
+    weight_version: int | None = Field(
+        None, description="The oldest weight version (learner step) any of its turns was "
+        "sampled under (engines stamp each completion); None where the engine does not say.")
 
     @property
     def truncated(self) -> bool:

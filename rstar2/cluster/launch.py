@@ -7,9 +7,10 @@ before anything starts). Then this process joins the Ray cluster ``RAY_ADDRESS``
 ``ray job submit -- rstar2 train ...`` sets it), or starts a local one, and becomes the driver:
 it owns the step loop (``Trainer``), the sampler and the grader; the policy lives in the
 ``DistributedLearner``'s ranks and the rollouts run on a fleet of ``cluster.engines.members``
-Ray actor members (``rstar2.engines.fleet``), unless ``rollout.members`` lists the fleet
-itself (e.g. external vLLM/SGLang servers). After every update the gathered weights go to every
-member (the driver-mediated path: rank 0's full state dict through Ray's object store).
+Ray actor members (``rstar2.engines.fleet``) of ``rollout.engine``'s kind ('hf', or 'vllm'
+with ``gpus_per_member`` GPUs on one node), unless ``rollout.members`` lists the fleet itself
+(e.g. external vLLM/SGLang servers). After every update the weights reach every member by the
+sync ``rstar2.cluster.weight_sync`` picks for the placement and the members' kind.
 Sandbox services: ``rollout.sandbox_urls`` when given, else ``cluster.sandbox.services_per_node``
 on every node of the cluster (``rstar2.cluster.sandboxes``), started first (they are pinned to
 their nodes, while the learner's and the fleet's placement can go anywhere) and stopped last.
@@ -107,17 +108,26 @@ def connect_ray(config: RunConfig, console: Console) -> None:
 
 
 def cluster_engine(config: RunConfig, tokenizer) -> TrainableEngine:
-    """``rollout.members`` when listed, else ``cluster.engines.members`` Ray actor members."""
-    cluster = config.cluster
-    members = config.rollout.members
-    if not members:
-        members = tuple(MemberSpec(kind="hf", ray=True, threads=cluster.engines.cpus_per_member,
-                                   max_batch_size=config.rl.prompts_per_step
-                                   * config.rl.rollouts_per_prompt)
-                        for _ in range(cluster.engines.members))
+    """``rollout.members`` when listed, else ``cluster.engines.members`` Ray actor members of
+    ``rollout.engine``'s kind: 'hf', or 'vllm' with ``gpus_per_member`` GPUs on one node."""
+    members = config.rollout.members or tuple(
+        built_member(config) for _ in range(config.cluster.engines.members))
     return open_fleet(members, config.rollout.scheduler, model=config.model.path,
                       dtype=config.rollout.engine_dtype or config.model.dtype, seed=config.seed,
                       tokenizer=tokenizer)
+
+
+def built_member(config: RunConfig) -> MemberSpec:
+    """One engine member the cluster builds, from ``cluster.engines``."""
+    engines = config.cluster.engines
+    if config.rollout.engine == "vllm":
+        longest = config.data.max_prompt_tokens + config.rollout.max_response_tokens
+        return MemberSpec(kind="vllm", ray=True, gpus=engines.gpus_per_member,
+                          threads=engines.cpus_per_member, max_batch_size=engines.max_num_seqs,
+                          engine_args={"gpu_memory_utilization": engines.gpu_memory_utilization,
+                                       "max_model_len": longest})
+    return MemberSpec(kind="hf", ray=True, threads=engines.cpus_per_member,
+                      max_batch_size=config.rl.prompts_per_step * config.rl.rollouts_per_prompt)
 
 
 async def run(config, learner, engine, tokenizer, urls, grader, problems, resume, console) -> None:

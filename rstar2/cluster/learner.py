@@ -114,12 +114,12 @@ class DistributedLearner:
         """The whole policy, gathered from the shards (rank 0's answer)."""
         return self.on_all("full_state_dict")[0]
 
-    async def push_weights(self) -> None:
+    async def push_weights(self, version: int | None = None) -> None:
         """Through the weight sync the placement chose (``rstar2.cluster.weight_sync``), opened
         at the first push, when the engine's members are up."""
         if self.sync is None:
             self.sync = open_weight_sync(weight_sync_method(self.config), self, self.engine)
-        self.sync_seconds.append(await self.sync.push())
+        self.sync_seconds.append(await self.sync.push(version))
 
     def save(self, step: int, data_position: dict[str, Any]) -> Path:
         """An atomic checkpoint of ``step``: shards from the ranks, RNG and position from here."""

@@ -64,22 +64,19 @@ class Plan:
     gpus: bool
 
 
-class UnsupportedPlacement(RuntimeError):
-    """A cluster run this launcher cannot build yet (said before anything is written)."""
-
-
 def check_cluster_run(config: RunConfig) -> None:
     """Refuse, before anything starts or is written, a placement that cannot fit
-    (``PlacementError``) or engines this launcher cannot build (``UnsupportedPlacement``)."""
+    (``PlacementError``), a run without a sandbox (``UnsupportedPlacement``) or vLLM members
+    without vLLM installed (``ImportError``)."""
     plan_run(config)
     if not config.rollout.sandbox_urls and config.cluster.sandbox.services_per_node == 0:
         raise UnsupportedPlacement(
             f"{config.name}: the Python tool has no sandbox: set cluster.sandbox.services_per_node "
             "above 0 or list running services in rollout.sandbox_urls")
     if not config.rollout.members and config.rollout.engine == "vllm":
-        raise UnsupportedPlacement(
-            f"{config.name}: vLLM engines as Ray actor members are not built yet; list running "
-            "vLLM servers as rollout.members (kind: openai), or `--plan` for the placement")
+        from rstar2.engines.vllm import import_vllm
+
+        import_vllm()
 
 
 def check_learner_options(config: RunConfig) -> None:
@@ -97,11 +94,11 @@ def check_learner_options(config: RunConfig) -> None:
 
 def weight_sync_method(config: RunConfig) -> str:
     """The sync ``cluster.weight_sync`` names; 'auto' broadcasts to the Ray actor members the
-    cluster builds, and gathers through the driver for any other engine (vLLM, servers)."""
+    cluster builds ('hf' by a gloo group, 'vllm' by vLLM's own weight transfer), and gathers
+    through the driver for a fleet the recipe lists (servers)."""
     chosen = config.cluster.weight_sync
     if chosen == "auto":
-        built_here = not config.rollout.members and config.rollout.engine == "hf"
-        return "broadcast" if built_here else "gather"
+        return "gather" if config.rollout.members else "broadcast"
     return chosen
 
 
@@ -142,8 +139,8 @@ def place(cluster: ClusterConfig) -> list[NodePlan]:
              for i in range(cluster.nodes)]
     member_gpus = cluster.engines.gpus_per_member
     if member_gpus > cluster.gpus_per_node:
-        raise PlacementError(f"an engine member needs {member_gpus} GPUs on one node; nodes "
-                             f"have {cluster.gpus_per_node}")
+        raise PlacementError(f"does not fit: an engine member needs {member_gpus} GPUs on one "
+                             f"node (its tensor_parallel_size); nodes have {cluster.gpus_per_node}")
     rank_gpus = 1 if cluster.gpus_per_node else 0
     for rank in range(cluster.learner.ranks):
         first_fit(nodes, rank_gpus, cluster.learner.cpus_per_rank, cluster,

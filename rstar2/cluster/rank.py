@@ -117,6 +117,21 @@ class LearnerRank:
         if self.rank == 0:
             send(self.weight_group, state, bucket_bytes)
 
+    def open_vllm_transfer(self, address: str, port: int, world: int, client) -> None:
+        """Every rank: vLLM's trainer-side NCCL weight-transfer engine over this rank's policy
+        (``rstar2.cluster.vllm_sync``); rank 0 is the sender and runs the handshake."""
+        from vllm.distributed.weight_transfer import ModuleSource, WeightTransferTrainerFactory
+        from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
+
+        info = NCCLTrainerInitInfo(master_address=address, master_port=port, world_size=world,
+                                   rank=self.rank)
+        self.vllm_transfer = WeightTransferTrainerFactory.trainer_init(
+            init_info=info, client=client, source=ModuleSource(self.model))
+
+    def send_vllm_weights(self) -> None:
+        """Every rank (each parameter's gather is a collective); rank 0 sends."""
+        self.vllm_transfer.send_weights()
+
     def save(self, directory: str) -> None:
         """This rank's shards into ``directory/sharded`` (DCP); rank 0 adds the schedule."""
         import torch.distributed.checkpoint as dcp

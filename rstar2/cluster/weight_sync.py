@@ -3,7 +3,8 @@
     sync = open_weight_sync(method, learner, engine)
     seconds = await sync.push()
 
-Two ways, one interface (``WeightSync.push``), chosen by placement (``cluster.weight_sync``):
+Three ways, one interface (``WeightSync.push``), chosen by placement (``cluster.weight_sync``)
+and by the kind of the fleet's members:
 
 * ``GatherSync`` ('gather'): rank 0 gathers the full state dict (a collective over the FSDP2
   ranks), the driver hands it to ``engine.update_weights``: any ``TrainableEngine``, so vLLM
@@ -17,6 +18,10 @@ Two ways, one interface (``WeightSync.push``), chosen by placement (``cluster.we
   the manifest (names, shapes, dtypes, read once from rank 0) and loads it. The weights never
   pass through the driver. A member the fleet replaces gets the current weights the same way
   (``Fleet.catch_up``), and the next push forms the group again with it.
+* ``VLLMTransferSync`` ('broadcast' to vLLM Ray actor members whose vLLM has native weight
+  transfer, ``rstar2.cluster.vllm_sync``): vLLM's own trainer-side engine on the learner ranks
+  broadcasts over NCCL to every member's workers; vLLM members without it are given the
+  weights by ``GatherSync`` (``collective_rpc``).
 
 A colocated engine (the single-process path) needs neither: ``LocalLearner`` keeps it.
 """
@@ -37,8 +42,9 @@ Manifest = list[tuple[str, tuple[int, ...], str]]
 
 
 class WeightSync(Protocol):
-    async def push(self) -> float:
-        """Every engine holds the learner's current weights when it returns; its seconds."""
+    async def push(self, version: int | None = None) -> float:
+        """Every engine holds the learner's current weights, stamped ``version`` (the learner
+        step they come from), when it returns; its seconds."""
         ...
 
 
@@ -110,9 +116,9 @@ class GatherSync:
     def __init__(self, learner, engine):
         self.learner, self.engine = learner, engine
 
-    async def push(self) -> float:
+    async def push(self, version: int | None = None) -> float:
         start = time.perf_counter()
-        await self.engine.update_weights(self.learner.full_state_dict())
+        await self.engine.update_weights(self.learner.full_state_dict(), version)
         return time.perf_counter() - start
 
 
@@ -129,11 +135,13 @@ class BroadcastSync:
         self.manifest = ray.get(learner.ranks[0].weight_manifest.remote())
         self.group: list = []  # the actors in rank 0's current weight group
         self.lock = asyncio.Lock()  # one group at a time
+        self.version: int | None = None  # of the weights last pushed (a catch-up sends them too)
         fleet.catch_up = self.catch_up
 
-    async def push(self) -> float:
+    async def push(self, version: int | None = None) -> float:
         start = time.perf_counter()
         async with self.lock:
+            self.version = version
             live = await self.fleet.live_members()  # the dead are replaced, then caught up
             await self.send([self.fleet.members[index].actor for index in live])
         return time.perf_counter() - start
@@ -150,7 +158,8 @@ class BroadcastSync:
             await self.form(actors)
         ranks = self.learner.ranks
         await asyncio.gather(*[rank.broadcast_weights.remote(self.bucket_bytes) for rank in ranks],
-                             *[actor.receive_weights.remote(self.manifest, self.bucket_bytes)
+                             *[actor.receive_weights.remote(self.manifest, self.bucket_bytes,
+                                                            self.version)
                                for actor in actors])
 
     async def form(self, actors: list) -> None:
@@ -165,10 +174,20 @@ class BroadcastSync:
 
 
 def open_weight_sync(method: str, learner, engine) -> WeightSync:
-    """``BroadcastSync`` over the fleet's Ray actor members for 'broadcast', else ``GatherSync``."""
+    """For 'broadcast', by the kind of the fleet's members: vLLM's own weight transfer
+    (``rstar2.cluster.vllm_sync``) to vLLM actors whose vLLM has it, ``GatherSync``
+    (``collective_rpc``) to other vLLM members, ``BroadcastSync`` to 'hf' actors; else
+    ``GatherSync``."""
     if method != "broadcast":
         return GatherSync(learner, engine)
-    actors = [getattr(member, "actor", None) for member in getattr(engine, "members", [])]
+    from rstar2.cluster.vllm_sync import VLLMTransferSync, native_transfer_members
+    from rstar2.engines.fleet.vllm_member import VLLMRayMember
+
+    members = list(getattr(engine, "members", []))
+    if any(isinstance(member, VLLMRayMember) for member in members):
+        native = native_transfer_members(engine)
+        return VLLMTransferSync(learner, native) if native else GatherSync(learner, engine)
+    actors = [getattr(member, "actor", None) for member in members]
     if not actors or None in actors:
         raise ValueError("cluster.weight_sync 'broadcast' needs a fleet of Ray actor members; "
                          "use 'gather' for other engines")

@@ -64,6 +64,10 @@ class Completion(BaseModel):
     finish_reason: FinishReason = Field(
         description="'stop': a stop token or string ended it; 'length': max_tokens was reached."
     )
+    weight_version: int | None = Field(
+        None, description="The weights it was sampled under: the version last handed to the "
+        "engine's update_weights (the trainer passes the learner step whose weights they are); "
+        "None where no versioned weights were ever loaded.")
 
 
 @runtime_checkable
@@ -95,9 +99,12 @@ class TrainableEngine(Engine, Protocol):
         a resumed step samples as the interrupted one did where the engine allows it)."""
         ...
 
-    async def update_weights(self, state_dict: Mapping[str, Any]) -> None:
+    async def update_weights(self, state_dict: Mapping[str, Any], version: int | None = None
+                             ) -> None:
         """Load ``state_dict`` (parameter name -> tensor; empty when colocated) and drop every
-        cached key/value the old weights computed. Called with no request in flight."""
+        cached key/value the old weights computed; every completion sampled after carries
+        ``version`` (``Completion.weight_version``), so a skipped sync shows. Called with no
+        request in flight."""
         ...
 
 

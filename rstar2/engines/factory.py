@@ -15,9 +15,9 @@ weights): ``hf`` or ``vllm``; an ``openai`` server keeps its own weights, so a r
 is refused with that reason.
 
 A rollout fleet (``rstar2.engines.fleet``) is built here too (``open_fleet``): its members
-are ``MemberSpec``s -- 'hf' engines in this process or in Ray actors, and 'openai' servers
-(``rstar2 serve-model`` takes weights at ``/update_weights_from_disk``) -- behind one
-scheduler.
+are ``MemberSpec``s -- 'hf' and 'vllm' engines in this process or in Ray actors (a 'vllm'
+actor placed with its GPUs on one node), and 'openai' servers (``rstar2 serve-model`` takes
+weights at ``/update_weights_from_disk``) -- behind one scheduler.
 
 This module does not import torch (``rstar2.rl.config`` reads the vocabulary from it).
 """
@@ -25,7 +25,7 @@ This module does not import torch (``rstar2.rl.config`` reads the vocabulary fro
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -82,13 +82,12 @@ def open_engine(spec: EngineSpec, *, model=None, tokenizer=None) -> tuple[Engine
         return engine, engine.tokenizer
     if model is not None:
         raise ValueError(f"only the 'hf' engine samples from a model in this process, not {spec.kind!r}")
-    from rstar2.engines.loading import load_tokenizer, resolve_model_dir
+    from rstar2.engines.loading import load_tokenizer
 
     if spec.kind == "vllm":
         from rstar2.engines.vllm import VLLMEngine
 
-        model_dir = str(resolve_model_dir(spec.model)) if is_local(spec.model) else spec.model
-        engine = VLLMEngine(model_dir, dtype=spec.dtype, seed=spec.seed)
+        engine = VLLMEngine(model_location(spec.model), dtype=spec.dtype, seed=spec.seed)
         return engine, tokenizer or load_tokenizer(spec.tokenizer or spec.model)
     if not spec.base_url:
         raise ValueError("the 'openai' engine needs a server URL (--base-url)")
@@ -116,34 +115,42 @@ class MemberSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: Literal["hf", "openai"] = Field(
-        "hf", description="'hf': an HFEngine with its own copy of the weights; 'openai': a "
-        "server at base_url that takes weights at /update_weights_from_disk (rstar2 "
-        "serve-model) and reports its load at /metrics under vLLM's names.")
-    ray: bool = Field(False, description="'hf' only: run the engine in a Ray actor (on the "
-                      "cluster ray.init finds, else a local one); a dead actor is replaced.")
+    kind: Literal["hf", "openai", "vllm"] = Field(
+        "hf", description="'hf': an HFEngine with its own copy of the weights; 'vllm': a "
+        "VLLMEngine (GPU, the [gpu] extra); 'openai': a server at base_url that takes weights "
+        "at /update_weights_from_disk (rstar2 serve-model) and reports its load at /metrics "
+        "under vLLM's names.")
+    ray: bool = Field(False, description="'hf' and 'vllm': run the engine in a Ray actor (on "
+                      "the cluster ray.init finds, else a local one); a dead actor is replaced.")
+    gpus: int = Field(1, ge=0, description="'vllm' in Ray: GPUs of the member, all on one "
+                      "node (its tensor_parallel_size); 0 only for a CPU stand-in.")
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict, description="'vllm': more vllm.AsyncEngineArgs, e.g. "
+        "{gpu_memory_utilization: 0.9, max_model_len: 20480}.")
     base_url: str | None = Field(None, description="'openai': the server's URL.")
     kv_budget_tokens: int | None = Field(None, ge=1, description="'hf': KV tokens its running "
                                          "requests may hold (its capacity as the scheduler "
                                          "sees it); None: max_batch_size x the context.")
-    max_batch_size: int = Field(32, ge=1, description="'hf': sequences decoded together.")
-    threads: int = Field(1, ge=1, description="'hf': torch threads. In-process members share "
-                         "this process's pool, so it is set for the whole process.")
+    max_batch_size: int = Field(32, ge=1, description="'hf': sequences decoded together; "
+                                "'vllm': its max_num_seqs.")
+    threads: int = Field(1, ge=1, description="torch threads ('hf'; CPU cores of a Ray "
+                         "member). In-process members share this process's pool, so it is "
+                         "set for the whole process.")
 
     @model_validator(mode="after")
     def placed(self) -> MemberSpec:
         if self.kind == "openai" and not self.base_url:
             raise ValueError("an 'openai' member needs base_url")
         if self.kind == "openai" and self.ray:
-            raise ValueError("only 'hf' members run in Ray actors")
+            raise ValueError("only 'hf' and 'vllm' members run in Ray actors")
         return self
 
 
 def open_fleet(members: Sequence[MemberSpec], scheduler: str, *, model: str, dtype: str,
                seed: int, tokenizer) -> TrainableEngine:
-    """A ``Fleet`` over ``members`` (each 'hf' one loading ``model`` in ``dtype``), scheduled
-    by ``scheduler``; the trainer pushes its weights to every member before sampling."""
-    from rstar2.engines.fleet import Fleet, HTTPMember, LocalMember
+    """A ``Fleet`` over ``members`` (each 'hf' or 'vllm' one loading ``model`` in ``dtype``),
+    scheduled by ``scheduler``; the trainer pushes its weights to every member before sampling."""
+    from rstar2.engines.fleet import Fleet, HTTPMember
 
     built, local_threads = [], None
     for index, spec in enumerate(members):
@@ -151,27 +158,67 @@ def open_fleet(members: Sequence[MemberSpec], scheduler: str, *, model: str, dty
         if spec.kind == "openai":
             built.append(HTTPMember(spec.base_url, name=name))
             continue
-        settings = {"model": model, "dtype": dtype, "seed": seed + index,
-                    "max_batch_size": spec.max_batch_size, "kv_budget_tokens": spec.kv_budget_tokens}
         if spec.ray:
-            import ray
-
-            from rstar2.engines.fleet.ray_member import RayMember
-
-            if not ray.is_initialized():
-                ray.init(include_dashboard=False, log_to_driver=False)
-            built.append(RayMember(settings, name=name, threads=spec.threads,
-                                   num_cpus=spec.threads))
+            built.append(ray_member(spec, name, model=model, dtype=dtype, seed=seed + index))
             continue
-        from rstar2.engines.hf import HFEngine, HFEngineConfig
-
-        built.append(LocalMember(HFEngine(HFEngineConfig(**settings), tokenizer=tokenizer), name))
+        built.append(local_member(spec, name, model=model, dtype=dtype, seed=seed + index,
+                                  tokenizer=tokenizer))
         local_threads = spec.threads
     if local_threads is not None:
         import torch
 
         torch.set_num_threads(local_threads)  # after the engines, which set every core
     return Fleet(built, scheduler)
+
+
+def member_settings(spec: MemberSpec, *, model: str, dtype: str, seed: int) -> dict[str, Any]:
+    """The engine arguments of an 'hf' or 'vllm' member."""
+    if spec.kind == "vllm":
+        from rstar2.engines.vllm import import_vllm
+
+        import_vllm()  # a missing extra says so here, not as a dead actor
+        return {"model": model_location(model), "dtype": dtype, "seed": seed,
+                "max_num_seqs": spec.max_batch_size, **spec.engine_args}
+    return {"model": model, "dtype": dtype, "seed": seed, "max_batch_size": spec.max_batch_size,
+            "kv_budget_tokens": spec.kv_budget_tokens}
+
+
+def ray_member(spec: MemberSpec, name: str, **engine):
+    import ray
+
+    settings = member_settings(spec, **engine)
+    if not ray.is_initialized():
+        ray.init(include_dashboard=False, log_to_driver=False)
+    if spec.kind == "vllm":
+        from rstar2.engines.fleet.vllm_member import VLLMRayMember
+
+        return VLLMRayMember(settings, name=name, gpus=spec.gpus, cpus=spec.threads)
+    from rstar2.engines.fleet.ray_member import RayMember
+
+    return RayMember(settings, name=name, threads=spec.threads, num_cpus=spec.threads)
+
+
+def local_member(spec: MemberSpec, name: str, *, tokenizer, **engine):
+    from rstar2.engines.fleet import LocalMember
+
+    settings = member_settings(spec, **engine)
+    if spec.kind == "vllm":
+        from rstar2.engines.vllm import VLLMEngine
+
+        return LocalMember(VLLMEngine(**settings), name)
+    from rstar2.engines.hf import HFEngine, HFEngineConfig
+
+    return LocalMember(HFEngine(HFEngineConfig(**settings), tokenizer=tokenizer), name)
+
+
+def model_location(model: str) -> str:
+    """A local model's directory (vLLM loads from a path), else the name as given."""
+    from rstar2.engines.loading import ModelNotFound, resolve_model_dir
+
+    try:
+        return str(resolve_model_dir(model))
+    except ModelNotFound:
+        return model
 
 
 def is_local(model: str) -> bool:

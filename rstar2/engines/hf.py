@@ -139,6 +139,7 @@ class HFEngine:
         self.no_mask = torch.zeros((1, 1, 1, 1), dtype=torch.bool, device=self.device)
         self.eos_ids = frozenset(model_eos_ids(self.model, self.tokenizer))
         self.generator = torch.Generator(device=self.device).manual_seed(self.config.seed)
+        self.weight_version: int | None = None  # stamped on every completion
         self.residents: list[Resident] = []  # index = slot; the first n_active are active
         self.n_active = 0
         self.blocks: collections.OrderedDict[tuple[int, ...], slots.PrefixBlock] = (
@@ -201,12 +202,15 @@ class HFEngine:
                           kv_peak_tokens=self.kv_peak, running=self.n_active,
                           waiting=len(self.queue), busy_s=self.busy_s)
 
-    async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
-        """Load new weights (e.g. after an RL step) and drop all cached keys/values."""
+    async def update_weights(self, state_dict: Mapping[str, torch.Tensor],
+                             version: int | None = None) -> None:
+        """Load new weights (e.g. after an RL step), stamped ``version``, and drop all cached
+        keys/values."""
         with self.step_lock:
             if self.n_active or self.queue:
                 raise RuntimeError("update_weights while requests are in flight")
             self.model.load_state_dict(state_dict, strict=False)
+            self.weight_version = version
             self.drop_caches()
 
     def drop_caches(self) -> None:
@@ -509,7 +513,8 @@ class HFEngine:
             self.residents.pop()
         if reason:
             resolve(request.future, Completion(
-                token_ids=r.out_ids, logprobs=r.out_logprobs, finish_reason=reason))
+                token_ids=r.out_ids, logprobs=r.out_logprobs, finish_reason=reason,
+                weight_version=self.weight_version))
 
 
 def block_groups(rows: list[Resident]) -> list[tuple[slots.PrefixBlock, torch.Tensor | None]]:

@@ -65,8 +65,9 @@ class Learner(Protocol):
         gradient norm, or (None, None) when there is nothing to learn from."""
         ...
 
-    async def push_weights(self) -> None:
-        """Hand the current weights to the engine that samples the next step."""
+    async def push_weights(self, version: int | None = None) -> None:
+        """Hand the current weights to the engine that samples the next step, as ``version``
+        (the steps they have learned from): the engine stamps its completions with it."""
         ...
 
     def save(self, step: int, data_position: dict[str, Any]) -> Path:
@@ -137,11 +138,11 @@ class LocalLearner:
             lambda part: policy_update(self.model, self.optimizer, self.scheduler, part,
                                        self.settings, self.reference))
 
-    async def push_weights(self) -> None:
+    async def push_weights(self, version: int | None = None) -> None:
         """A colocated engine already reads the weights and only drops the keys/values the
         previous ones computed; another copy is loaded. The model is left in eval mode, the
         mode a colocated engine samples in (no dropout)."""
-        await self.engine.update_weights({} if self.colocated else self.model.state_dict())
+        await self.engine.update_weights({} if self.colocated else self.model.state_dict(), version)
         self.model.eval()
 
     def save(self, step: int, data_position: dict[str, Any]) -> Path:

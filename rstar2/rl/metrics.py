@@ -10,7 +10,9 @@ call), ``response/length_mean|max`` (response tokens, tool responses included) a
 Then RoC's group counts (``roc.decision_counts``), the loss stats of the update (entropy, clip
 fractions, ...), ``train/grad_norm``, ``train/lr`` and ``time/*`` seconds by phase. The trainer
 adds what the learner measured, ``logprob_drift/mean|max`` when it recomputes the old log-probs
-(``update.LogprobDrift``).
+(``update.LogprobDrift``), and ``weights/version_min|max|lag`` (``weight_version_metrics``):
+the learner steps whose weights the engines sampled the step under, and how far the oldest is
+behind the step's own, so a skipped or stale weight sync shows as a lag above 0.
 """
 
 from __future__ import annotations
@@ -66,3 +68,14 @@ def step_metrics(
         metrics["train/grad_norm"] = float(grad_norm)
     metrics.update({f"time/{phase}": seconds for phase, seconds in timings.items()})
     return metrics
+
+
+def weight_version_metrics(rollouts: Sequence[Rollout], expected: int) -> dict[str, float]:
+    """``weights/version_min|max`` over the rollouts' weight versions and ``weights/version_lag``
+    (``expected``, the version the step should sample under, minus the oldest one); empty when
+    no engine stamped a version."""
+    versions = [r.trajectory.weight_version for r in rollouts if r.trajectory.weight_version is not None]
+    if not versions:
+        return {}
+    return {"weights/version_min": float(min(versions)), "weights/version_max": float(max(versions)),
+            "weights/version_lag": float(expected - min(versions))}

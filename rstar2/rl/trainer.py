@@ -39,7 +39,7 @@ from rstar2.rl.advantage import group_advantages
 from rstar2.rl.batch import TrainSequence
 from rstar2.rl.config import RunConfig
 from rstar2.rl.learner import Learner
-from rstar2.rl.metrics import Rollout, step_metrics
+from rstar2.rl.metrics import Rollout, step_metrics, weight_version_metrics
 from rstar2.rl.prompt_order import PromptOrder
 from rstar2.rl.roc import GroupDecision, select_group
 from rstar2.rl.runlog import RunLog
@@ -74,7 +74,8 @@ class Trainer:
                      run_config=self.config.model_dump())
         history = []
         try:
-            await self.learner.push_weights()  # the restored (or initial) policy samples step 1
+            # the restored (or initial) policy samples the next step
+            await self.learner.push_weights(self.completed_steps)
             while self.completed_steps < self.config.rl.steps:
                 metrics, rows = await self.train_step(self.completed_steps)
                 self.completed_steps += 1
@@ -97,11 +98,12 @@ class Trainer:
         update_started = time.perf_counter()
         sequences = training_sequences(batch.groups, decisions, self.config.rl.loss.std_epsilon)
         stats, grad_norm = self.learner.learn(sequences)
-        await self.learner.push_weights()
+        await self.learner.push_weights(step + 1)
         timings = {**batch.timings, "update": time.perf_counter() - update_started,
                    "step": time.perf_counter() - started}
         metrics = step_metrics(batch.groups, decisions, stats, grad_norm, lr, timings)
         metrics.update(self.learner.measured)
+        metrics.update(weight_version_metrics([r for g in batch.groups for r in g], step))
         shown = self.config.logging.rollouts_per_step
         rows = rollout_rows(step + 1, problems[:shown], batch.groups[:shown], decisions[:shown],
                             self.sampler.tokenizer)

@@ -34,7 +34,7 @@ def test_paper_recipes_fit_eight_nodes_of_eight_gpus(recipe):
     assert placed_members == list(range(cluster.engines.members))
     assert all(node.free_gpus >= 0 and node.free_cpus >= 0 for node in plan.nodes)
     assert sum(plan.learner_bytes.values()) < cluster.gpu_memory_gib * GIB
-    assert plan.in_flight_per_member >= 1 and plan.weight_sync == "gather"
+    assert plan.in_flight_per_member >= 1 and plan.weight_sync == "broadcast"  # vLLM's transfer
 
 
 def test_cli_prints_the_plan_and_refuses_in_one_line():
@@ -43,7 +43,8 @@ def test_cli_prints_the_plan_and_refuses_in_one_line():
     shown = runner.invoke(app, ["train", recipe, "--plan"])
     assert shown.exit_code == 0, shown.output
     assert "node 7:" in shown.output and "rollouts in flight" in shown.output
-    for override in ("cluster.nodes=4", "cluster.learner.ranks=2"):
+    for override in ("cluster.nodes=4", "cluster.learner.ranks=2",
+                     "cluster.engines.gpus_per_member=16"):  # TP wider than a node
         refused = runner.invoke(app, ["train", recipe, "--plan", "--set", override])
         assert refused.exit_code == 2
         message = refused.output.strip()

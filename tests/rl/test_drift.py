@@ -1,12 +1,15 @@
 """The log-prob drift metric: how far the learner's recomputed log-probs are from the sampled
-ones, over the loss tokens, reported by the learner whenever it recomputes them."""
+ones, over the loss tokens, reported by the learner whenever it recomputes them; and the
+weight-version metrics, which show a stale sync by the versions engines stamp."""
 
 import copy
 
 import pytest
 
+from rstar2.agent.trajectory import Trajectory
 from rstar2.engines.hf import HFEngine, HFEngineConfig
 from rstar2.rl.learner import LocalLearner
+from rstar2.rl.metrics import Rollout, weight_version_metrics
 from rstar2.rl.update import LogprobDrift, with_current_logprobs
 from tests.rl.test_trainer import make_config, rl_data  # noqa: F401
 from tests.rl.test_update import SEQUENCES, SETTINGS, tiny_model
@@ -49,3 +52,17 @@ def test_the_learner_reports_drift_when_it_recomputes(tmp_path, rl_data, tokeniz
     finally:
         copy_engine.shutdown()
         colocated_engine.shutdown()
+
+
+def test_a_stale_sync_shows_as_a_weight_version_lag():
+    def rollout(version):
+        return Rollout(Trajectory(
+            prompt_ids=[1], prompt_text="p", response_ids=[5], loss_mask=[1], logprobs=[-0.5],
+            turns=[], tool_calls=[], num_assistant_turns=1, final_answer=None,
+            stop_reason="no_tool_call", temperature=1.0, weight_version=version), facts=None)
+
+    fresh = weight_version_metrics([rollout(4), rollout(4)], expected=4)
+    assert fresh == {"weights/version_min": 4.0, "weights/version_max": 4.0, "weights/version_lag": 0.0}
+    stale = weight_version_metrics([rollout(4), rollout(3)], expected=4)  # one member missed a sync
+    assert stale["weights/version_lag"] == 1.0 and stale["weights/version_min"] == 3.0
+    assert weight_version_metrics([rollout(None)], expected=4) == {}  # no engine stamped one

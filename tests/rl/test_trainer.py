@@ -78,6 +78,7 @@ def test_a_step_without_learning_signal_is_recorded_and_leaves_the_weights(tmp_p
     assert STEP_KEYS <= row.keys() and not UPDATE_KEYS & row.keys()
     assert row["reward/accuracy"] == 0.0 and row["roc/dropped_share"] == 1.0
     assert row["response/truncated_ratio"] == 1.0 and row["response/length_max"] == 24
+    assert row["weights/version_min"] == row["weights/version_max"] == row["weights/version_lag"] == 0
     rollouts = [json.loads(line) for line in (config.run_dir / "rollouts" / "step_1.jsonl").open()]
     assert len(rollouts) == 4 and {r["group_dropped"] for r in rollouts} == {"uniform_rewards"}
     for rollout in rollouts:  # every token sampled (no tool call), each with its log-prob, for `rstar2 view`

@@ -93,6 +93,7 @@ class Fleet:
         self.catch_up: Callable[[Member], Awaitable[None]] | None = None
         """How a replaced member gets the current weights when they do not pass through
         ``update_weights`` (a broadcast weight sync sets it); None: ``last_weights``."""
+        self.last_version: int | None = None
         self.seed: int | None = None
         self.reruns = 0  # trajectories run again because their member died
         self.replaced = 0  # members restarted
@@ -122,13 +123,14 @@ class Fleet:
         """Never colocated: every member holds its own copy of the weights."""
         return False
 
-    async def update_weights(self, state_dict: Mapping) -> None:
-        """Every live member loads the weights, all at once; they are kept (as references, no
-        copy) for a member that is replaced before the next push."""
-        self.last_weights = state_dict
+    async def update_weights(self, state_dict: Mapping, version: int | None = None) -> None:
+        """Every live member loads the weights (stamped ``version``), all at once; they are
+        kept (as references, no copy) for a member that is replaced before the next push."""
+        self.last_weights, self.last_version = state_dict, version
         await self.ready()
         alive = [i for i, books in enumerate(self.scheduler.members) if books.alive]
-        results = await asyncio.gather(*(self.members[i].update_weights(state_dict) for i in alive),
+        results = await asyncio.gather(*(self.members[i].update_weights(state_dict, version)
+                                         for i in alive),
                                        return_exceptions=True)
         for index, result in zip(alive, results):
             if isinstance(result, MemberDown):
@@ -252,7 +254,7 @@ class Fleet:
                 if self.catch_up is not None:
                     await self.catch_up(member)
                 elif self.last_weights is not None:
-                    await member.update_weights(self.last_weights)
+                    await member.update_weights(self.last_weights, self.last_version)
                 if self.seed is not None:
                     member.reseed(member_seed(self.seed, index))
                 load = await member.load()

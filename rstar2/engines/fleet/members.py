@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -37,7 +37,7 @@ class Member(Protocol):
 
     async def load(self) -> EngineLoad: ...
 
-    async def update_weights(self, state_dict: Mapping) -> None: ...
+    async def update_weights(self, state_dict: Mapping, version: int | None = None) -> None: ...
 
     def reseed(self, seed: int) -> None: ...
 
@@ -62,12 +62,13 @@ class LocalMember:
             if "closed" in str(exc):
                 raise MemberDown(f"{self.name}: {exc}") from exc
             raise
+        return [c.model_copy(update={"weight_version": self.weight_version}) for c in completions]
 
     async def load(self) -> EngineLoad:
         return self.engine.load()
 
-    async def update_weights(self, state_dict: Mapping) -> None:
-        await self.engine.update_weights(state_dict)
+    async def update_weights(self, state_dict: Mapping, version: int | None = None) -> None:
+        await self.engine.update_weights(state_dict, version)
 
     def reseed(self, seed: int) -> None:
         self.engine.reseed(seed)
@@ -90,14 +91,16 @@ class HTTPMember:
         self.server = self.engine.base_url.removesuffix("/v1")
         self.name = name or self.server
         self.http = httpx.AsyncClient(timeout=10.0)
+        self.weight_version: int | None = None  # a server does not stamp; this member does
 
     async def generate(self, prompts, params):
         try:
-            return await self.engine.generate(prompts, params)
+            completions = await self.engine.generate(prompts, params)
         except EngineError as exc:
             if isinstance(exc.__cause__, httpx.TransportError):
                 raise MemberDown(f"{self.name}: {exc}") from exc
             raise
+        return [c.model_copy(update={"weight_version": self.weight_version}) for c in completions]
 
     async def load(self) -> EngineLoad:
         try:
@@ -107,11 +110,12 @@ class HTTPMember:
             raise MemberDown(f"{self.name}: cannot read /metrics: {exc}") from exc
         return parse_vllm_metrics(response.text)
 
-    async def update_weights(self, state_dict: Mapping) -> None:
+    async def update_weights(self, state_dict: Mapping, version: int | None = None) -> None:
         """Write the weights to a directory this server can read and ask it to load them
         (SGLang's ``/update_weights_from_disk``, which ``rstar2 serve-model`` also serves;
         a vLLM server takes weights through its own weight-transfer routes instead)."""
         if not state_dict:
+            self.weight_version = version
             return
         from safetensors.torch import save_file
 
@@ -125,6 +129,7 @@ class HTTPMember:
                 raise MemberDown(f"{self.name}: {exc}") from exc
             if response.status_code >= 400:
                 raise EngineError(f"{self.name} refused the weights: {response.text[:300]}")
+        self.weight_version = version
 
     def reseed(self, seed: int) -> None:
         """Servers keep their own randomness."""
@@ -138,33 +143,41 @@ class HTTPMember:
 
 
 def parse_vllm_metrics(text: str) -> EngineLoad:
-    """An ``EngineLoad`` from Prometheus text with vLLM's metric names. A data-parallel server
-    reports each engine under its ``engine`` label; their numbers are added up. Each engine's
-    capacity is the ``kv_cache_size_tokens`` label of ``vllm:cache_config_info``, else
-    ``num_gpu_blocks`` x ``block_size``; its use is ``vllm:kv_cache_usage_perc`` (a fraction)
-    of that."""
+    """An ``EngineLoad`` from Prometheus text with vLLM's metric names (``/metrics``)."""
     from prometheus_client.parser import text_string_to_metric_families
 
+    return load_from_samples((sample.name, sample.labels, sample.value)
+                             for family in text_string_to_metric_families(text)
+                             for sample in family.samples)
+
+
+def load_from_samples(samples: Iterable[tuple[str, Mapping[str, str], float]]) -> EngineLoad:
+    """An ``EngineLoad`` from (name, labels, value) samples under vLLM's metric names: the
+    text of ``/metrics``, or in-process vLLM's ``get_metrics_snapshot()`` (whose counters are
+    named without ``_total``). A data-parallel engine reports each engine under its ``engine``
+    label; their numbers are added up. Each engine's capacity is the ``kv_cache_size_tokens``
+    label of ``vllm:cache_config_info``, else ``num_gpu_blocks`` x ``block_size``; its use is
+    ``vllm:kv_cache_usage_perc`` (a fraction) of that."""
     capacity: dict[str, int] = {}
     usage: dict[str, float] = {}
     counts = {"vllm:num_requests_running": 0.0, "vllm:num_requests_waiting": 0.0,
-              "vllm:num_preemptions_total": 0.0}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            engine = sample.labels.get("engine", "0")
-            if sample.name == "vllm:cache_config_info":
-                capacity[engine] = kv_cache_size(sample.labels)
-            elif sample.name == "vllm:kv_cache_usage_perc":
-                usage[engine] = sample.value
-            elif sample.name in counts:
-                counts[sample.name] += sample.value
+              "vllm:num_preemptions": 0.0}
+    for name, labels, value in samples:
+        engine = labels.get("engine", "0")
+        name = name.removesuffix("_total")
+        if name == "vllm:cache_config_info":
+            capacity[engine] = kv_cache_size(labels)
+        elif name == "vllm:kv_cache_usage_perc":
+            usage[engine] = value
+        elif name in counts:
+            counts[name] += value
     if not any(capacity.values()):
-        raise EngineError("/metrics has no vllm:cache_config_info with the KV cache size")
+        raise EngineError("the metrics have no vllm:cache_config_info with the KV cache size")
     used = sum(round(usage.get(engine, 0.0) * size) for engine, size in capacity.items())
     return EngineLoad(kv_capacity_tokens=sum(capacity.values()), kv_used_tokens=used,
                       running=int(counts["vllm:num_requests_running"]),
                       waiting=int(counts["vllm:num_requests_waiting"]),
-                      preemptions=int(counts["vllm:num_preemptions_total"]))
+                      preemptions=int(counts["vllm:num_preemptions"]))
 
 
 def kv_cache_size(labels: Mapping[str, str]) -> int:

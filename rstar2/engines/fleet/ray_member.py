@@ -35,8 +35,8 @@ class EngineActor:
     def load(self) -> dict:
         return self.engine.load().model_dump()
 
-    async def update_weights(self, state_dict: Mapping) -> None:
-        await self.engine.update_weights(state_dict)
+    async def update_weights(self, state_dict: Mapping, version: int | None = None) -> None:
+        await self.engine.update_weights(state_dict, version)
 
     def reseed(self, seed: int) -> None:
         self.engine.reseed(seed)
@@ -52,11 +52,12 @@ class EngineActor:
 
         self.weight_group = open_group(address, port, rank, size)
 
-    async def receive_weights(self, manifest: list, bucket_bytes: int) -> None:
-        """Take one broadcast of the weights from learner rank 0 and load it."""
+    async def receive_weights(self, manifest: list, bucket_bytes: int, version: int | None = None
+                              ) -> None:
+        """Take one broadcast of the weights from learner rank 0 and load it as ``version``."""
         from rstar2.cluster.weight_sync import receive
 
-        await self.engine.update_weights(receive(self.weight_group, manifest, bucket_bytes))
+        await self.engine.update_weights(receive(self.weight_group, manifest, bucket_bytes), version)
 
     def weights_checksum(self) -> str:
         """sha256 of this engine's weights, to check a sync bitwise."""
@@ -66,21 +67,27 @@ class EngineActor:
 
 
 class RayMember:
-    """A fleet member whose engine lives in a Ray actor; see the module docstring."""
+    """A fleet member whose engine lives in a Ray actor; see the module docstring.
+    ``actor_class`` is what runs in the actor (``EngineActor``, or ``VLLMActor`` for vLLM),
+    built as ``actor_class(settings, threads)``; ``ray_options`` go to ``.options`` of the
+    actor (e.g. ``num_gpus``, ``scheduling_strategy``)."""
+
+    actor_class = EngineActor
 
     def __init__(self, settings: Mapping, name: str = "ray", threads: int = 1,
-                 num_cpus: float = 1.0):
+                 num_cpus: float = 1.0, **ray_options):
         import ray
 
         if not ray.is_initialized():
             raise RuntimeError("RayMember needs a Ray cluster: call ray.init() first")
-        self.settings, self.name, self.threads, self.num_cpus = dict(settings), name, threads, num_cpus
+        self.settings, self.name, self.threads = dict(settings), name, threads
+        self.options = {"num_cpus": num_cpus, **ray_options}
         self.actor = self.spawn()
 
     def spawn(self):
         import ray
 
-        actor_class = ray.remote(EngineActor).options(num_cpus=self.num_cpus, max_concurrency=1024)
+        actor_class = ray.remote(self.actor_class).options(**self.options, max_concurrency=1024)
         return actor_class.remote(self.settings, self.threads)
 
     async def call(self, method: str, *args):
@@ -98,8 +105,8 @@ class RayMember:
     async def load(self) -> EngineLoad:
         return EngineLoad(**await self.call("load"))
 
-    async def update_weights(self, state_dict: Mapping) -> None:
-        await self.call("update_weights", dict(state_dict))
+    async def update_weights(self, state_dict: Mapping, version: int | None = None) -> None:
+        await self.call("update_weights", dict(state_dict), version)
 
     def reseed(self, seed: int) -> None:
         self.actor.reseed.remote(seed)
