@@ -123,7 +123,7 @@ class MemberSpec(BaseModel):
     ray: bool = Field(False, description="'hf' and 'vllm': run the engine in a Ray actor (on "
                       "the cluster ray.init finds, else a local one); a dead actor is replaced.")
     gpus: int = Field(1, ge=0, description="'vllm' in Ray: GPUs of the member, all on one "
-                      "node (its tensor_parallel_size); 0 only for a CPU stand-in.")
+                      "node (its tensor_parallel_size); 0 on a CPU cluster.")
     engine_args: dict[str, Any] = Field(
         default_factory=dict, description="'vllm': more vllm.AsyncEngineArgs, e.g. "
         "{gpu_memory_utilization: 0.9, max_model_len: 20480}.")
