@@ -64,6 +64,10 @@ class Plan:
     gpus: bool
 
 
+class UnsupportedPlacement(RuntimeError):
+    """A cluster run this launcher cannot build (said before anything is written)."""
+
+
 def check_cluster_run(config: RunConfig) -> None:
     """Refuse, before anything starts or is written, a placement that cannot fit
     (``PlacementError``), a run without a sandbox (``UnsupportedPlacement``) or vLLM members

@@ -135,7 +135,8 @@ def rollout_rows(step: int, problems: Sequence[Problem], groups: Sequence[Sequen
     """One JSON row per sampled rollout of the logged groups, with RoC's verdict on it and, for
     ``rstar2 view``'s per-token shading, each response token's text with its sampled log-prob
     (null for tokens the model did not sample: tool responses, template separators), and for its
-    timeline when the rollout started, ended and was graded (``Rollout.span_s``)."""
+    timeline when the rollout started, ended and was graded (``Rollout.span_s``), and the weight
+    version it was sampled under (``Trajectory.weight_version``)."""
     rows = []
     for group_index, (problem, group, decision) in enumerate(zip(problems, groups, decisions)):
         for index, rollout in enumerate(group):
@@ -151,6 +152,7 @@ def rollout_rows(step: int, problems: Sequence[Problem], groups: Sequence[Sequen
                 "response": "".join(turn.text for turn in t.turns),
                 "token_logprobs": token_logprobs(t, tokenizer),
                 "span_s": rollout.span_s,
+                "weight_version": t.weight_version,
             })
     return rows
 

@@ -86,6 +86,7 @@ def test_a_step_without_learning_signal_is_recorded_and_leaves_the_weights(tmp_p
         assert all(isinstance(piece, str) and logprob is not None and logprob <= 0
                    for piece, logprob in rollout["token_logprobs"])
         assert any(logprob < 0 for _, logprob in rollout["token_logprobs"])
+        assert rollout["weight_version"] == 0  # the initial push, before step 1
         began, ended, graded = rollout["span_s"]
         assert 0 <= began <= ended <= graded <= row["time/rollout"] + row["time/reward"] + 1e-6
     assert (config.run_dir / "checkpoints" / "step_00000001" / "state.json").is_file()
