@@ -124,7 +124,7 @@ def test_a_recipe_with_members_builds_its_fleet_through_the_factory(tmp_path, rl
 @pytest.mark.parametrize("rollout, message", [
     ({"scheduler": "fastest"}, "rollout.scheduler: must be one of 'static', 'least_loaded', 'kv_aware'"),
     ({"members": [{"kind": "openai"}]}, "rollout.members.0: an 'openai' member needs base_url"),
-    ({"members": [{"kind": "openai", "base_url": "http://h", "ray": True}]}, "only 'hf' members"),
+    ({"members": [{"kind": "openai", "base_url": "http://h", "ray": True}]}, "only 'hf' and 'vllm' members"),
 ])
 def test_bad_fleet_recipes_are_refused_naming_the_field(rollout, message):
     with pytest.raises(ConfigError, match=message):
