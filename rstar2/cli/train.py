@@ -33,6 +33,7 @@ def train(
     from rstar2.cluster.architectures import UnknownArchitecture
     from rstar2.cluster.plan import PlacementError, UnsupportedPlacement
     from rstar2.cluster.sandboxes import SandboxServicesDown
+    from rstar2.data import DataError
     from rstar2.rl.config import ConfigError, load_config
     from rstar2.rl.launch import RunExists
     from rstar2.rl.launch import train as run_training
@@ -50,8 +51,8 @@ def train(
     try:
         final = run_training(config, resume=resume)
     except (RunExists, ImportError, PlacementError, UnknownArchitecture, UnsupportedPlacement,
-            SandboxServicesDown) as error:
-        fail(error)  # ImportError: an extra is missing
+            SandboxServicesDown, DataError) as error:
+        fail(error)  # ImportError: an extra is missing; DataError: data.train or data.keep_ids
     typer.echo(f"done: metrics in {config.run_dir / 'metrics.jsonl'}, trained model in {final}")
 
 

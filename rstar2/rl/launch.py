@@ -29,6 +29,7 @@ from rich.console import Console
 from rstar2.agent.card import ModelCard, new_card
 from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.agent.rollout import CodeRunner
+from rstar2.data import DataError
 from rstar2.data.problems import Problem, read_problems
 from rstar2.engines.base import TrainableEngine
 from rstar2.engines.device import module_device
@@ -56,10 +57,10 @@ def train(config: RunConfig, resume: bool = False, console: Console | None = Non
 
         check_cluster_run(config)  # before anything is written
     check_run_dir(config, resume)
+    tokenizer = load_tokenizer(config.model.path)
+    problems = training_problems(config, tokenizer)  # bad data is refused before anything is written
     config.run_dir.mkdir(parents=True, exist_ok=True)
     (config.run_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
-    tokenizer = load_tokenizer(config.model.path)
-    problems = training_problems(config, tokenizer)
     if config.cluster is not None:
         from rstar2.cluster.launch import train_on_cluster
 
@@ -138,11 +139,13 @@ def training_problems(config: RunConfig, tokenizer) -> list[Problem]:
     whose prompt exceeds ``data.max_prompt_tokens``."""
     problems = read_problems(config.data.train)
     if config.data.keep_ids:
+        if not Path(config.data.keep_ids).is_file():
+            raise DataError(f"data.keep_ids: {config.data.keep_ids}: no such file")
         keep = set(Path(config.data.keep_ids).read_text().split())
         problems = [p for p in problems if p.id in keep]
     chat = ChatFormat(tokenizer, PromptConfig(variant=config.rollout.prompt))
     problems = [p for p in problems if len(chat.prompt_ids(p.problem)) <= config.data.max_prompt_tokens]
     if not problems:
-        raise ValueError(f"{config.data.train}: no training problem fits data.max_prompt_tokens "
+        raise DataError(f"{config.data.train}: no training problem fits data.max_prompt_tokens "
                          f"({config.data.max_prompt_tokens}) and data.keep_ids")
     return problems

@@ -23,3 +23,20 @@ def test_the_14b_recipes_say_what_they_need(stage, tmp_path, monkeypatch):
     errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "pip install 'rstar2[gpu]'" in errors[0] and "Traceback" not in result.output
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.mark.parametrize("setting, named", [
+    ("data.train={missing}", "no such file"),
+    ("data.keep_ids={missing}", "data.keep_ids"),
+    ("data.max_prompt_tokens=1", "no training problem fits"),
+])
+def test_bad_training_data_is_refused_in_one_line_before_anything_is_written(setting, named, tmp_path):
+    missing, train = tmp_path / "missing.jsonl", tmp_path / "train.jsonl"
+    train.write_text('{"id": "p1", "problem": "What is 6 * 7?", "answer": "42"}\n')
+    result = CliRunner().invoke(app, ["train", str(REPO / "recipes" / "cpu-demo.yaml"),
+                                      "--set", f"runs_dir={tmp_path / 'runs'}", "--set", f"data.train={train}",
+                                      "--set", setting.format(missing=missing)])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit)  # no traceback
+    errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and named in errors[0], result.output
+    assert not (tmp_path / "runs").exists()  # nothing written
