@@ -201,7 +201,7 @@ class Evaluator:
         started = time.perf_counter()
         await self.engine.update_weights(model.state_dict())
         out = self.run_dir / "eval" / label
-        # run_eval's bar shows progress: an evaluation of 500 problems runs for minutes on a CPU
+        # run_eval's progress bar: a held-out evaluation is long work on a CPU
         document = await run_eval(self.settings, [self.benchmark], self.solve, out, grader=self.grader)
         outcomes = list(read_outcomes(out / SAMPLES_JSONL).values())
         entry = document["benchmarks"][self.benchmark.name]
