@@ -62,7 +62,6 @@ class LocalMember:
             if "closed" in str(exc):
                 raise MemberDown(f"{self.name}: {exc}") from exc
             raise
-        return [c.model_copy(update={"weight_version": self.weight_version}) for c in completions]
 
     async def load(self) -> EngineLoad:
         return self.engine.load()
