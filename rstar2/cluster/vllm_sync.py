@@ -67,13 +67,12 @@ class VLLMTransferSync:
         return time.perf_counter() - start
 
 
-def native_transfer_members(engine) -> list | None:
-    """The fleet's members when all are vLLM Ray actors whose vLLM has native weight transfer;
-    None otherwise (then weights go through ``engine.update_weights``: ``collective_rpc``)."""
+def native_transfer_members(members: list) -> list | None:
+    """``members`` when all are vLLM Ray actors whose vLLM has native weight transfer; None
+    otherwise (then weights go through the engine's ``update_weights``: ``collective_rpc``)."""
     from rstar2.engines.fleet.vllm_member import VLLMRayMember
 
-    members = list(getattr(engine, "members", []))
-    if not members or not all(isinstance(m, VLLMRayMember) for m in members):
+    if not all(isinstance(m, VLLMRayMember) for m in members):
         return None
     native = ray.get([member.actor.native_weight_transfer.remote() for member in members])
     return members if all(native) else None

@@ -185,7 +185,7 @@ def open_weight_sync(method: str, learner, engine) -> WeightSync:
 
     members = list(getattr(engine, "members", []))
     if any(isinstance(member, VLLMRayMember) for member in members):
-        native = native_transfer_members(engine)
+        native = native_transfer_members(members)
         return VLLMTransferSync(learner, native) if native else GatherSync(learner, engine)
     actors = [getattr(member, "actor", None) for member in members]
     if not actors or None in actors:

@@ -25,6 +25,7 @@ This module does not import torch (``rstar2.rl.config`` reads the vocabulary fro
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -94,10 +95,10 @@ def open_engine(spec: EngineSpec, *, model=None, tokenizer=None) -> tuple[Engine
     from rstar2.engines.openai import OpenAIEngine
 
     source = spec.tokenizer or spec.model
-    if tokenizer is None and not is_local(source):
+    if tokenizer is None and local_model_dir(source) is None:
         raise ValueError(f"cannot load a tokenizer for {source!r}: pass a local model directory "
                          "(or 'default') as the tokenizer")
-    served = None if is_local(spec.model) else spec.model
+    served = None if local_model_dir(spec.model) is not None else spec.model
     return OpenAIEngine(spec.base_url, model=served), tokenizer or load_tokenizer(source)
 
 
@@ -213,19 +214,16 @@ def local_member(spec: MemberSpec, name: str, *, tokenizer, **engine):
 
 def model_location(model: str) -> str:
     """A local model's directory (vLLM loads from a path), else the name as given."""
+    directory = local_model_dir(model)
+    return str(directory) if directory is not None else model
+
+
+def local_model_dir(model: str) -> Path | None:
+    """The directory ``model`` names on this machine ('default', a folder, a .gguf), or None
+    for a name only a server knows."""
     from rstar2.engines.loading import ModelNotFound, resolve_model_dir
 
     try:
-        return str(resolve_model_dir(model))
+        return resolve_model_dir(model)
     except ModelNotFound:
-        return model
-
-
-def is_local(model: str) -> bool:
-    from rstar2.engines.loading import ModelNotFound, resolve_model_dir
-
-    try:
-        resolve_model_dir(model)
-    except ModelNotFound:
-        return False
-    return True
+        return None

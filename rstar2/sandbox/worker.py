@@ -266,12 +266,13 @@ def become_child(cfg, request_r, out_w, err_w, result_w) -> None:
 
 
 class CappedBuffer:
-    """Keeps the first ``cap`` bytes of a stream and counts the rest."""
+    """Keeps the first ``cap`` bytes of a stream and counts the rest (a sink like a
+    ``bytearray``: ``extend``)."""
 
     def __init__(self, cap: int):
         self.cap, self.data, self.dropped = cap, bytearray(), 0
 
-    def add(self, chunk: bytes) -> None:
+    def extend(self, chunk: bytes) -> None:
         room = self.cap - len(self.data)
         self.data += chunk[:room]
         self.dropped += max(0, len(chunk) - room)
@@ -388,26 +389,27 @@ def supervise(pid: int, pipes: dict[int, CappedBuffer | bytearray], record: byte
     return wait_status
 
 
+def read_chunk(fd: int) -> bytes | None:
+    """What one read of a non-blocking pipe gives: b'' at end of file, None if nothing yet."""
+    try:
+        return os.read(fd, 65536)
+    except BlockingIOError:
+        return None
+
+
 def read_once(fd: int, sink) -> bool:
     """One read of what is available into the sink; False at end of file."""
-    try:
-        chunk = os.read(fd, 65536)
-    except BlockingIOError:
-        return True
-    sink.add(chunk) if isinstance(sink, CappedBuffer) else sink.extend(chunk)
-    return bool(chunk)
+    chunk = read_chunk(fd)
+    if chunk:
+        sink.extend(chunk)
+    return chunk != b""
 
 
 def drain(fd: int, sink) -> bool:
     """Read what is available; return False at end of file."""
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except BlockingIOError:
-            return True
-        if not chunk:
-            return False
-        sink.add(chunk) if isinstance(sink, CappedBuffer) else sink.extend(chunk)
+    while chunk := read_chunk(fd):
+        sink.extend(chunk)
+    return chunk is None
 
 
 def drain_to_end(pipes: dict, until: float) -> None:
