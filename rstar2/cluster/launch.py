@@ -51,8 +51,7 @@ def train_on_cluster(config: RunConfig, tokenizer, problems, resume: bool, conso
             stack.callback(services.close)
         engine = cluster_engine(config, tokenizer)
         stack.callback(lambda: asyncio.run(engine.close()))
-        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        learner = DistributedLearner(config, engine, pad_id)
+        learner = DistributedLearner(config, engine, tokenizer.pad_token_id)
         stack.callback(learner.close)
         grader = stack.enter_context(Grader())
         urls = services.urls if services is not None else list(config.rollout.sandbox_urls)

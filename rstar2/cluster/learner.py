@@ -137,6 +137,9 @@ class DistributedLearner:
         prune(self.checkpoints, step, self.config.checkpoint.keep_last)
         return final
 
+    def wait_saved(self) -> None:
+        """Nothing to wait for: ``save`` returns once the ranks' shards are on disk."""
+
     def export(self, tokenizer, target: Path, card=None) -> Path:
         """The trained policy as a plain transformers directory (``rstar2 chat --model``),
         with ``card`` (``rstar2.agent.card``) beside it."""

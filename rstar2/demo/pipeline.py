@@ -158,7 +158,7 @@ async def train_and_evaluate(settings, config: RunConfig, tokenizer, sandbox, gr
         if settings.sft_model is None:
             base = await evaluate("base", model)
             clock = time.perf_counter()
-            losses = sft_train(model, traces, settings.sft, tokenizer.pad_token_id or 0,
+            losses = sft_train(model, traces, settings.sft, tokenizer.pad_token_id,
                                on_step=lambda s, n, loss: show_sft_step(console, s, n, loss))
             timings["sft"] = time.perf_counter() - clock
             save_policy(model, tokenizer, run_dir / "sft", run_card(config, "rstar2 demo, SFT"))

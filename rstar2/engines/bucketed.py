@@ -95,7 +95,7 @@ class BucketedDecoder:
         # addresses and shape: a new cache can land where the old one was, in another layout
         storage = (self.cache.k.data_ptr(), self.cache.v.data_ptr(), tuple(self.cache.k.shape))
         if storage != self.graph_storage:
-            self.graphs.clear()
+            self.drop_graphs()
             self.graph_storage = storage
         key = (batch, length)
         if key not in self.graphs:
@@ -104,9 +104,17 @@ class BucketedDecoder:
             except RuntimeError as error:
                 warnings.warn(f"CUDA graph capture failed, decoding eagerly: {error}", stacklevel=2)
                 self.graphs_enabled = False
-                self.graphs.clear()
+                self.drop_graphs()
                 return None
         return self.graphs[key]
+
+    def drop_graphs(self) -> None:
+        """Forget every captured step, and the memory pool they shared: the allocator keeps a
+        pool only while a graph captured into it lives, so a handle whose graphs are all gone
+        cannot be captured into again (an internal assertion in the caching allocator)."""
+        self.graphs.clear()
+        if self.graphs_enabled:
+            self.pool = torch.cuda.graph_pool_handle()
 
     def capture(self, batch: int, length: int) -> Captured:
         """Warm the step up on a side stream (lazy kernel and workspace set-up must not be

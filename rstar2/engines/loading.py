@@ -116,10 +116,15 @@ def save_gguf_as_safetensors(gguf: Path, out: Path) -> None:
 
 
 def load_tokenizer(spec: str | os.PathLike):
-    """The tokenizer of a model spec (chat template included)."""
+    """The tokenizer of a model spec (chat template included), always with a pad token: batches
+    pad with it, and whether a GGUF's tokenizer comes with one depends on the transformers
+    version, so a missing one is set to the end-of-sequence token (padding is masked anyway)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(resolve_model_dir(spec))
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_dir(spec))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
 
 
 def load_model(spec: str | os.PathLike, dtype: str = "float32", device: str = "cpu"):

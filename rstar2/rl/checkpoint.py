@@ -1,6 +1,8 @@
 """Atomic, resumable training checkpoints.
 
     save_checkpoint(root, step, model, optimizer, scheduler, data_position, keep_last=2)
+    writer = CheckpointWriter(root, keep_last=2)     # the same, written on a background thread
+    writer.submit(step, model, optimizer, scheduler, data_position); ...; writer.wait()
     state = load_checkpoint(resolve_checkpoint(root), model, optimizer, scheduler)
     state.step, state.data_position
 
@@ -26,6 +28,13 @@ directories named ``step_*`` are ever loaded. One writer per ``root``. Saving st
 checkpoints of steps after s (left by a run that was resumed from an earlier one), so "latest"
 is always this run's.
 
+Writing in the background: serialising the weights and AdamW's moments (four bytes times three
+per parameter) costs seconds, which on a GPU is as long as a step. ``CheckpointWriter`` copies
+the state to the CPU at once (a snapshot: the next update may change the live tensors) and
+writes it on one thread while training goes on; the next ``submit`` and ``wait`` first finish
+the write in flight and raise its error, if any. A crash while a write is in flight loses at
+most that checkpoint, which atomicity already allows for: the previous one is complete.
+
 Files are read with ``torch.load(weights_only=True)``: a checkpoint cannot run code on load.
 """
 
@@ -36,6 +45,7 @@ import os
 import random
 import re
 import shutil
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,22 +85,69 @@ def save_checkpoint(
     keep_last: int = 2,
 ) -> Path:
     """Write the checkpoint of ``step`` atomically; keep the newest ``keep_last``; return its path."""
+    files = checkpoint_files(step, model, optimizer, scheduler, data_position)
+    return write_checkpoint(root, step, files, keep_last)
+
+
+def checkpoint_files(step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                     scheduler: torch.optim.lr_scheduler.LRScheduler,
+                     data_position: dict[str, Any]) -> dict[str, Any]:
+    """What each file of the checkpoint holds, by file name (the live tensors, not copies)."""
+    return {"model.pt": trainable_state(model), "optimizer.pt": optimizer.state_dict(),
+            "scheduler.pt": scheduler.state_dict(), "rng.pt": rng_state(),
+            "state.json": {"step": step, "data_position": data_position}}
+
+
+def write_checkpoint(root: str | Path, step: int, files: dict[str, Any], keep_last: int) -> Path:
+    """Write ``files`` as the checkpoint of ``step`` (module docstring: atomicity, retention)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(root)
     final = root / step_dir_name(step)
     temp = root / f"{TEMP_PREFIX}{final.name}-{os.getpid()}"
     temp.mkdir()
-    write_durably(temp / "model.pt", trainable_state(model))
-    write_durably(temp / "optimizer.pt", optimizer.state_dict())
-    write_durably(temp / "scheduler.pt", scheduler.state_dict())
-    write_durably(temp / "rng.pt", rng_state())
-    write_durably(temp / "state.json", {"step": step, "data_position": data_position})
+    for name, payload in files.items():
+        write_durably(temp / name, payload)
     fsync_directory(temp)
     replace_directory(temp, final)
     fsync_directory(root)
     prune(root, step, keep_last)
     return final
+
+
+class CheckpointWriter:
+    """Checkpoints written on a background thread from a CPU snapshot (module docstring)."""
+
+    def __init__(self, root: str | Path, keep_last: int = 2):
+        self.root, self.keep_last = Path(root), keep_last
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
+        self.pending: Future | None = None
+
+    def submit(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+               scheduler: torch.optim.lr_scheduler.LRScheduler, data_position: dict[str, Any]) -> Path:
+        """Snapshot the state now and write it in the background; the checkpoint's path."""
+        self.wait()
+        files = cpu_copy(checkpoint_files(step, model, optimizer, scheduler, data_position))
+        self.pending = self.executor.submit(write_checkpoint, self.root, step, files, self.keep_last)
+        return self.root / step_dir_name(step)
+
+    def wait(self) -> None:
+        """Block until the write in flight (if any) is on disk; raise its error."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            pending.result()
+
+
+def cpu_copy(value: Any) -> Any:
+    """``value`` with every tensor in it copied to the CPU (containers rebuilt, the rest shared:
+    the schedule's and data position's plain values are not changed in place by training)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {key: cpu_copy(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(cpu_copy(item) for item in value)
+    return value
 
 
 def load_checkpoint(

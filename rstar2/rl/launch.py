@@ -113,8 +113,7 @@ def rollout_engine(config: RunConfig, model, tokenizer) -> TrainableEngine:
 def build_trainer(config: RunConfig, model, tokenizer, engine: TrainableEngine, code_runner: CodeRunner | None,
                   grader: Grader | None, problems: Sequence[Problem], console: Console | None = None) -> Trainer:
     """A trainer whose policy lives in this process (``LocalLearner``), sampling from ``engine``."""
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    learner = LocalLearner(config, model, engine, pad_id)
+    learner = LocalLearner(config, model, engine, tokenizer.pad_token_id)
     sampler = Sampler(engine, tokenizer, code_runner, grader, config.rollout, config.rl.rollouts_per_prompt)
     return Trainer(config, learner, sampler, problems, console)
 

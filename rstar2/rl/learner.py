@@ -4,11 +4,13 @@
     state = learner.restore(resume=True)          # TrainingState of the checkpoint, or None
     stats, grad_norm = learner.learn(sequences)    # the step's optimizer updates
     await learner.push_weights()                   # the engine samples the new policy
-    learner.save(step, data_position)              # an atomic checkpoint
+    learner.save(step, data_position)              # an atomic checkpoint, written in the background
+    learner.wait_saved()                           # ... and on disk
 
 ``Learner`` is the contract the trainer's step is written against; ``LocalLearner`` meets it
 with the policy in this process (CPU or one GPU): AdamW with its warm-up schedule, the
-optional KL reference, checkpoints through ``rstar2.rl.checkpoint``, and weight pushes to one
+optional KL reference, checkpoints through ``rstar2.rl.checkpoint`` (written on a background
+thread, so the next step's rollouts do not wait for the disk), and weight pushes to one
 ``TrainableEngine``. A learner whose policy is sharded over many processes (FSDP2) meets the
 same contract, so the step does not change when the learner does.
 
@@ -30,11 +32,11 @@ import torch
 from rstar2.engines.base import TrainableEngine
 from rstar2.rl.batch import TrainSequence
 from rstar2.rl.checkpoint import (
+    CheckpointWriter,
     TrainingState,
     latest_checkpoint,
     load_checkpoint,
     resolve_checkpoint,
-    save_checkpoint,
 )
 from rstar2.rl.config import RunConfig
 from rstar2.rl.loss import LossStats
@@ -71,7 +73,12 @@ class Learner(Protocol):
         ...
 
     def save(self, step: int, data_position: dict[str, Any]) -> Path:
-        """Write the checkpoint of ``step`` (with the trainer's ``data_position``); its path."""
+        """Checkpoint ``step`` (with the trainer's ``data_position``); its path. The files may
+        still be being written when it returns (``wait_saved``)."""
+        ...
+
+    def wait_saved(self) -> None:
+        """Block until every checkpoint ``save`` started is on disk; raise a failed write's error."""
         ...
 
 
@@ -89,6 +96,7 @@ class LocalLearner:
         self.measured: dict[str, float] = {}
         """Metrics the last ``learn`` measured besides its loss stats (``logprob_drift/*``)."""
         self.checkpoints = config.run_dir / "checkpoints"
+        self.writer = CheckpointWriter(self.checkpoints, keep_last=config.checkpoint.keep_last)
         self.settings = UpdateSettings(
             loss=config.rl.loss, temperature=config.rollout.temperature,
             micro_batch_tokens=config.rl.micro_batch_tokens,
@@ -146,5 +154,7 @@ class LocalLearner:
         self.model.eval()
 
     def save(self, step: int, data_position: dict[str, Any]) -> Path:
-        return save_checkpoint(self.checkpoints, step, self.model, self.optimizer, self.scheduler,
-                               data_position, keep_last=self.config.checkpoint.keep_last)
+        return self.writer.submit(step, self.model, self.optimizer, self.scheduler, data_position)
+
+    def wait_saved(self) -> None:
+        self.writer.wait()

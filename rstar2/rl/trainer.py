@@ -18,8 +18,8 @@ recipe). One step:
 5. learn: ``updates_per_step`` optimizer updates (the learner recomputes the old log-probs if
    its engine holds another copy of the weights), then the engine gets the new weights;
 6. log: metrics to ``metrics.jsonl`` and the console, sampled groups to
-   ``rollouts/step_N.jsonl``; checkpoint (atomic), so a run killed at any moment loses at most
-   the step in progress.
+   ``rollouts/step_N.jsonl``; checkpoint (atomic, written while the next step runs), so a run
+   killed at any moment loses at most the step in progress and the one being written.
 
 Randomness: the prompt order is a function of (seed, position); RoC and the engine's sampling
 generator are reseeded from (seed, step) every step; the global RNGs travel in checkpoints.
@@ -85,6 +85,7 @@ class Trainer:
                 history.append(metrics)
         finally:
             log.close()
+            self.learner.wait_saved()
         return history
 
     async def train_step(self, step: int) -> tuple[dict, list[dict]]:

@@ -9,7 +9,9 @@ import asyncio
 import pytest
 import torch
 
-from rstar2.cluster.learner import DistributedLearner
+pytest.importorskip("ray", reason="the distributed learner needs the [ray] extra (scripts/setup.sh)")
+
+from rstar2.cluster.learner import DistributedLearner  # noqa: E402
 from rstar2.cluster.weight_sync import checksum
 from rstar2.engines.factory import MemberSpec, open_fleet
 from rstar2.engines.hf import HFEngine, HFEngineConfig

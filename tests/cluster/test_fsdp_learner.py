@@ -13,7 +13,9 @@ import asyncio
 import pytest
 import torch
 
-from rstar2.cluster.learner import DistributedLearner
+pytest.importorskip("ray", reason="the distributed learner needs the [ray] extra (scripts/setup.sh)")
+
+from rstar2.cluster.learner import DistributedLearner  # noqa: E402
 from rstar2.engines.hf import HFEngine, HFEngineConfig
 from rstar2.rl.batch import TrainSequence
 from rstar2.rl.config import validate_config

@@ -5,9 +5,12 @@ away from the learner's, until the next sync brings them back to ~0."""
 
 import asyncio
 
+import pytest
 import torch
 
-from rstar2.cluster.learner import DistributedLearner
+pytest.importorskip("ray", reason="the distributed learner needs the [ray] extra (scripts/setup.sh)")
+
+from rstar2.cluster.learner import DistributedLearner  # noqa: E402
 from rstar2.cluster.weight_sync import BroadcastSync, buckets, checksum, manifest_of
 from rstar2.engines.base import SamplingParams
 from rstar2.engines.factory import MemberSpec, open_fleet

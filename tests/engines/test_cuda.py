@@ -20,8 +20,9 @@ pytestmark = pytest.mark.gpu
 # Bounds on |engine log-prob - trainer log-prob| per token. float32: the two sides differ only
 # in kernels (fused SDPA over slots vs the trainer's SDPA). bfloat16: the demo's setup, a bf16
 # engine copy against the fp32 policy recomputing under bf16 autocast; 8-bit mantissas make
-# single tokens drift far more than the mean.
-DRIFT_BOUNDS = {"float32": (1e-4, 2e-3), "bfloat16": (0.03, 0.75)}  # (mean, max)
+# single tokens drift far more than the mean. Each bound sits about twice above what an H100
+# measured (docs/gpu.md), so a regression of the CUDA path shows, not kernel noise.
+DRIFT_BOUNDS = {"float32": (1e-4, 2e-3), "bfloat16": (0.1, 0.75)}  # (mean, max)
 
 
 @pytest.fixture(scope="module")

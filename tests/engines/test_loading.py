@@ -1,10 +1,13 @@
 """Offline model resolution: the embedded default, GGUF conversion cache, local directories."""
 
+import copy
+import shutil
+
 import pytest
 from safetensors.torch import load_file
 
 from rstar2.engines.loading import (ModelNotFound, converted_gguf_dir, default_gguf_path,
-                                    resolve_model_dir)
+                                    load_tokenizer, resolve_model_dir)
 
 
 def test_default_resolves_to_a_cached_safetensors_copy(hf_engine):
@@ -38,3 +41,14 @@ def test_conversion_into_a_fresh_cache_matches_the_shared_copy(tmp_path, monkeyp
     shared = resolve_model_dir("default")
     a, b = load_file(fresh / "model.safetensors"), load_file(shared / "model.safetensors")
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+
+
+def test_a_tokenizer_without_a_pad_token_pads_with_its_end_of_sequence_token(tmp_path, tokenizer):
+    """Whether a GGUF's tokenizer comes with a pad token depends on the transformers version;
+    batches need one either way."""
+    tokenizer = copy.deepcopy(tokenizer)
+    tokenizer.pad_token = None
+    tokenizer.save_pretrained(tmp_path)
+    shutil.copy(resolve_model_dir("default") / "config.json", tmp_path)
+    loaded = load_tokenizer(tmp_path)
+    assert loaded.pad_token == loaded.eos_token and loaded.pad_token_id == tokenizer.eos_token_id

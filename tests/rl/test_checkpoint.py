@@ -1,4 +1,5 @@
-"""Checkpoints: exact resume, LoRA and tied weights, atomicity under kill -9, retention."""
+"""Checkpoints: exact resume (written in place or in the background), LoRA and tied weights,
+atomicity under kill -9, retention."""
 
 import os
 import random
@@ -14,6 +15,7 @@ import torch
 
 from rstar2.rl.checkpoint import (
     CheckpointError,
+    CheckpointWriter,
     latest_checkpoint,
     load_checkpoint,
     resolve_checkpoint,
@@ -85,7 +87,10 @@ def assert_same_optimizer_state(a: torch.optim.Optimizer, b: torch.optim.Optimiz
             assert torch.equal(value, state_b["state"][key][name]), name
 
 
-def test_resume_equals_an_uninterrupted_run(tmp_path):
+@pytest.mark.parametrize("background", [False, True], ids=["in-place", "background"])
+def test_resume_equals_an_uninterrupted_run(tmp_path, background):
+    """In the background case the run goes on training (changing the very tensors the
+    checkpoint is of) before the write is waited for: the checkpoint must hold step 2."""
     torch.manual_seed(0), np.random.seed(0), random.seed(0)
     straight = Run(init_seed=1)
     for _ in range(5):
@@ -96,9 +101,15 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
     first = Run(init_seed=1)
     for _ in range(2):
         first.step()
-    path = first.save(tmp_path, step=2)
+    writer = CheckpointWriter(tmp_path) if background else None
+    if writer is None:
+        path = first.save(tmp_path, step=2)
+    else:
+        path = writer.submit(2, first.model, first.optimizer, first.scheduler, first.order.position())
     for _ in range(2):
         first.step()  # what a killed run did after its checkpoint is lost
+    if writer is not None:
+        writer.wait()
 
     scramble_rngs()
     resumed = Run(init_seed=2)  # a new process: other initial weights, fresh optimizer
@@ -226,6 +237,17 @@ def test_kill_9_at_any_moment_leaves_a_consistent_latest_checkpoint(tmp_path, de
     for path in tmp_path.iterdir():
         if path.name.startswith("step_"):
             assert load_for_check(path) <= step  # every complete checkpoint loads
+
+
+def test_a_failed_background_write_is_raised_when_waited_for(tmp_path):
+    run = Run(init_seed=1)
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("a file where the checkpoints should go")
+    writer = CheckpointWriter(blocked)
+    writer.submit(1, run.model, run.optimizer, run.scheduler, run.order.position())
+    with pytest.raises(OSError):
+        writer.wait()
+    writer.wait()  # the error is raised once; nothing is left in flight
 
 
 def test_retention_and_resolution(tmp_path):

@@ -58,6 +58,7 @@ def test_save_then_restore_continues_exactly(config):
         assert stats is not None and grad_norm > 0
         learner.save(1, {"epoch": 0, "index": 1})
         assert learner.learn([]) == (None, None)
+        learner.wait_saved()
 
         state = restored.restore(resume=True)
         assert (state.step, state.data_position) == (1, {"epoch": 0, "index": 1})
