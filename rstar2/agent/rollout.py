@@ -28,6 +28,7 @@ from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.agent.toolcall import ParseError, ToolCall, clip_tokens, parse_tool_calls, tool_output
 from rstar2.agent.trajectory import ToolCallRecord, Trajectory, Turn, last_answer
 from rstar2.engines.base import Engine, SamplingParams, run_trajectory
+from rstar2.engines.sampling import derive_seed
 from rstar2.sandbox.protocol import RunResult
 
 
@@ -98,8 +99,13 @@ class Agent:
         """Rollouts of all ``questions``, concurrently."""
         return list(await asyncio.gather(*(self.rollout(q) for q in questions)))
 
-    async def rollout(self, question: str, forced_prefix: str = "") -> Trajectory:
+    async def rollout(self, question: str, forced_prefix: str = "", seed: int | None = None
+                      ) -> Trajectory:
         """One rollout of ``question``.
+
+        ``seed``: the trajectory's own random stream (each turn samples with a seed derived from
+        it and the turn's number), so it samples the same tokens however the engine batches it;
+        None draws from the engine's generator.
 
         ``forced_prefix``: text the first assistant turn starts with, teacher-forced (mask 0),
         e.g. a tool call to exercise the tool path with a model that rarely calls tools. If it
@@ -113,10 +119,10 @@ class Agent:
         prompt_ids = self.chat.encode(prompt_text)
         need = len(prompt_ids) + self.config.max_response_tokens
         return await run_trajectory(self.engine, need, lambda: self.turns(
-            prompt_text, prompt_ids, forced_prefix))
+            prompt_text, prompt_ids, forced_prefix, seed))
 
-    async def turns(self, prompt_text: str, prompt_ids: list[int], forced_prefix: str
-                    ) -> Trajectory:
+    async def turns(self, prompt_text: str, prompt_ids: list[int], forced_prefix: str,
+                    seed: int | None = None) -> Trajectory:
         """The turns of one rollout, from the first to the stop."""
         cfg = self.config
         response = ResponseBuilder(self.tokenizer)
@@ -125,7 +131,8 @@ class Agent:
         response.append(forced)
         scripted = bool(forced) and forced[-1] == self.chat.end_of_turn_id
         for turn in range(cfg.max_turns):
-            complete = (scripted and turn == 0) or await self.generate_turn(prompt_ids, response)
+            turn_seed = None if seed is None else derive_seed(seed, turn)
+            complete = (scripted and turn == 0) or await self.generate_turn(prompt_ids, response, turn_seed)
             text = response.close_turn("assistant")
             if not complete:
                 stop = "max_tokens"
@@ -156,14 +163,16 @@ class Agent:
             weight_version=min(response.weight_versions, default=None),
         )
 
-    async def generate_turn(self, prompt_ids: list[int], response: ResponseBuilder) -> bool:
-        """Sample the rest of the current assistant turn from the exact ids so far; False when
-        the response budget ran out first."""
+    async def generate_turn(self, prompt_ids: list[int], response: ResponseBuilder,
+                            seed: int | None = None) -> bool:
+        """Sample the rest of the current assistant turn from the exact ids so far (with the
+        turn's ``seed``); False when the response budget ran out first."""
         cfg = self.config
         budget = cfg.max_response_tokens - len(response.ids)
         if budget <= 0:
             return False
-        params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=budget)
+        params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=budget,
+                                seed=seed)
         completion = (await self.engine.generate([prompt_ids + response.ids], params))[0]
         response.append(completion.token_ids, completion.logprobs)
         if completion.weight_version is not None:

@@ -23,7 +23,6 @@ driver adds its RNG state and ``state.json``.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -34,18 +33,12 @@ from rstar2.cluster.plan import check_learner_options, weight_sync_method
 from rstar2.cluster.weight_sync import WeightSync, open_weight_sync
 from rstar2.engines.base import TrainableEngine
 from rstar2.rl.checkpoint import (
-    TEMP_PREFIX,
     TrainingState,
-    fsync_directory,
     latest_checkpoint,
-    prune,
-    remove_stale_temporaries,
-    replace_directory,
     resolve_checkpoint,
     rng_state,
     set_rng_state,
-    step_dir_name,
-    write_durably,
+    write_checkpoint,
 )
 from rstar2.rl.config import RunConfig
 from rstar2.rl.loss import LossStats
@@ -123,19 +116,9 @@ class DistributedLearner:
 
     def save(self, step: int, data_position: dict[str, Any]) -> Path:
         """An atomic checkpoint of ``step``: shards from the ranks, RNG and position from here."""
-        self.checkpoints.mkdir(parents=True, exist_ok=True)
-        remove_stale_temporaries(self.checkpoints)
-        final = self.checkpoints / step_dir_name(step)
-        temp = self.checkpoints / f"{TEMP_PREFIX}{final.name}-{os.getpid()}"
-        temp.mkdir()
-        self.on_all("save", str(temp))
-        write_durably(temp / "rng.pt", rng_state())
-        write_durably(temp / "state.json", {"step": step, "data_position": data_position})
-        fsync_directory(temp)
-        replace_directory(temp, final)
-        fsync_directory(self.checkpoints)
-        prune(self.checkpoints, step, self.config.checkpoint.keep_last)
-        return final
+        files = {"rng.pt": rng_state(), "state.json": {"step": step, "data_position": data_position}}
+        return write_checkpoint(self.checkpoints, step, files, self.config.checkpoint.keep_last,
+                                fill=lambda temp: self.on_all("save", str(temp)))
 
     def wait_saved(self) -> None:
         """Nothing to wait for: ``save`` returns once the ranks' shards are on disk."""

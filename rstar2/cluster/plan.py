@@ -232,7 +232,7 @@ def render(plan: Plan) -> str:
     lines.append(f"learner memory per {unit}: {gib(learner_total)} GiB "
                  + "(" + ", ".join(f"{k} {gib(v)}" for k, v in plan.learner_bytes.items()) + ")")
     if plan.gpus:
-        lines.append(f"engine memory per GPU: " + ", ".join(
+        lines.append("engine memory per GPU: " + ", ".join(
             f"{k} {gib(v)}" for k, v in plan.engine_bytes.items()) + f" GiB of {plan.gpu_memory_gib:g}")
         in_flight = plan.members * plan.in_flight_per_member
         lines.append(f"KV capacity per member: {plan.kv_tokens_per_member} tokens "

@@ -48,6 +48,13 @@ class SamplingParams(BaseModel):
     stop: tuple[str, ...] = Field(
         (), description="Strings that end the completion once the generated text contains one."
     )
+    seed: int | None = Field(
+        None, ge=0,
+        description="Seed of the request's own random stream (vLLM's and OpenAI's per-request "
+        "seed): the same seed, prompt and weights sample the same tokens whatever else the "
+        "engine batches beside it. Applies to every prompt of the call. None draws from the "
+        "engine's generator (``reseed``).",
+    )
 
     @property
     def greedy(self) -> bool:

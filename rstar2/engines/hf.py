@@ -44,7 +44,7 @@ from rstar2.engines.base import Completion, EngineLoad, SamplingParams
 from rstar2.engines.bucketed import BucketedDecoder
 from rstar2.engines.device import DEVICE_HELP, DEVICE_PATTERN, resolve_device
 from rstar2.engines.loading import load_model, load_tokenizer, set_cpu_threads
-from rstar2.engines.sampling import sample_tokens
+from rstar2.engines.sampling import request_uniform, sample_tokens
 
 
 class HFEngineConfig(BaseModel):
@@ -468,8 +468,12 @@ class HFEngine:
     def accept(self, rows: list[Resident], logits: torch.Tensor) -> None:
         """Sample each row's next token from its logits, then finish rows that are done."""
         params = [r.request.params for r in rows]
+        uniforms = None
+        if any(p.seed is not None for p in params):  # a seeded row's draw: its own stream
+            uniforms = [None if p.seed is None else request_uniform(p.seed, len(r.out_ids))
+                        for p, r in zip(params, rows)]
         ids, logprobs = sample_tokens(logits, [p.temperature for p in params],
-                                      [p.top_p for p in params], self.generator)
+                                      [p.top_p for p in params], self.generator, uniforms)
         # one read from the device per step (ids are exact in float64)
         picked = torch.stack((ids.double(), logprobs.double())).tolist()
         self.clock += 1

@@ -65,6 +65,8 @@ class OpenAIEngine:
             "return_token_ids": True,
             "return_tokens_as_token_ids": True,
         }
+        if params.seed is not None:
+            body["seed"] = params.seed
         if params.stop:
             body["stop"] = list(params.stop)
         if params.stop_token_ids is not None:

@@ -6,15 +6,41 @@ truncation; plain ``softmax(logits)`` for greedy rows), the convention of ``engi
 The per-row settings arrive as host floats, so which branches run (all greedy? any nucleus?)
 is decided on the host: on a GPU nothing here waits for the device, and the caller's one
 read of the sampled ids per step is the only synchronisation.
+
+Seeded requests (``SamplingParams.seed``) do not draw from the engine's generator: the uniform
+number that picks their ``i``-th token is ``request_uniform(seed, i)``, a counter-based hash
+computed on the host. A row's draws then do not depend on which rows share its batch or in
+which order requests arrived (which, with tool calls returning at wall-clock times, differs
+from run to run), and they are the same numbers on a CPU and on a GPU.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from rstar2.engines.device import host_to_device
+
+
+MASK64 = (1 << 64) - 1
+
+
+def derive_seed(*parts: int) -> int:
+    """A 63-bit seed for the stream named by ``parts`` (e.g. a step's seed, a problem's index and
+    a rollout's index): distinct names give independent streams."""
+    state = np.random.SeedSequence(list(parts)).generate_state(2, np.uint64)[0]
+    return int(state >> np.uint64(1))
+
+
+def request_uniform(seed: int, index: int) -> float:
+    """The ``index``-th uniform number in [0, 1) of the stream ``seed``: SplitMix64's output for
+    that position, so any position is computed directly, without the ones before it."""
+    z = (seed + (index + 1) * 0x9E3779B97F4A7C15) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return ((z ^ (z >> 31)) >> 11) * 2.0**-53
 
 
 def sample_tokens(
@@ -22,9 +48,11 @@ def sample_tokens(
     temperature: Sequence[float],
     top_p: Sequence[float],
     generator: torch.Generator | None = None,
+    uniforms: Sequence[float | None] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``logits`` ``[n, vocab]``; ``temperature``/``top_p`` ``n`` floats. Returns ``(ids, logprobs)``
-    on the logits' device."""
+    """``logits`` ``[n, vocab]``; ``temperature``/``top_p`` ``n`` floats; ``uniforms``, where given,
+    the seeded rows' draws (None for rows that draw from ``generator``). Returns
+    ``(ids, logprobs)`` on the logits' device."""
     logits = logits.float()
     greedy_rows = [t == 0 for t in temperature]
     scale = host_to_device([1.0 if g else t for g, t in zip(greedy_rows, temperature)],
@@ -36,23 +64,36 @@ def sample_tokens(
         probs = logprobs.exp()
         if any(p < 1 for p in top_p):
             probs = nucleus(probs, host_to_device(list(top_p), torch.float32, logits.device))
-        ids = inverse_cdf_draw(probs, generator)
+        ids = inverse_cdf_draw(probs, row_uniforms(probs, generator, uniforms))
         if any(greedy_rows):
             greedy = host_to_device(greedy_rows, torch.bool, logits.device)
             ids = torch.where(greedy, logprobs.argmax(dim=-1), ids)
     return ids, logprobs.gather(1, ids[:, None]).squeeze(1)
 
 
-def inverse_cdf_draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One draw per row from unnormalised ``probs`` with a single uniform number per row.
+def row_uniforms(probs: torch.Tensor, generator: torch.Generator | None,
+                 uniforms: Sequence[float | None] | None) -> torch.Tensor:
+    """One uniform number per row: the seeded rows' given ones, the others from ``generator``."""
+    n, device = probs.shape[0], probs.device
+    drawn = None
+    if uniforms is None or None in uniforms:
+        drawn = torch.rand(n, generator=generator, device=device, dtype=probs.dtype)
+    if uniforms is None:
+        return drawn
+    given = host_to_device([0.0 if u is None else u for u in uniforms], probs.dtype, device)
+    if drawn is None:
+        return given
+    return torch.where(host_to_device([u is not None for u in uniforms], torch.bool, device), given, drawn)
+
+
+def inverse_cdf_draw(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One draw per row from unnormalised ``probs`` with the row's uniform number ``u``.
 
     ``torch.multinomial`` draws one exponential variate per vocabulary entry, which on a CPU
     costs more than the rest of a decode step's sampling together.
     """
     cdf = probs.cumsum(dim=-1)
-    u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device,
-                   dtype=cdf.dtype) * cdf[:, -1:]
-    ids = torch.searchsorted(cdf, u, right=True).squeeze(1)
+    ids = torch.searchsorted(cdf, u[:, None] * cdf[:, -1:], right=True).squeeze(1)
     return ids.clamp_(max=probs.shape[1] - 1)
 
 

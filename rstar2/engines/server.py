@@ -52,6 +52,7 @@ class CompletionRequest(BaseModel):
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
+    seed: int | None = Field(None, ge=0)
     logprobs: int | None = Field(None, ge=0)
     return_token_ids: bool = False
     return_tokens_as_token_ids: bool = False
@@ -195,7 +196,8 @@ def sampling_params(body: CompletionRequest) -> SamplingParams:
     if body.ignore_eos:
         stop_ids = stop_ids or ()
     return SamplingParams(temperature=body.temperature, top_p=body.top_p,
-                          max_tokens=body.max_tokens, stop_token_ids=stop_ids, stop=stop)
+                          max_tokens=body.max_tokens, stop_token_ids=stop_ids, stop=stop,
+                          seed=body.seed)
 
 
 def choice(index: int, out: Completion, prompt: list[int], body: CompletionRequest,

@@ -83,7 +83,8 @@ class VLLMEngine:
         return self.vllm.SamplingParams(
             temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_tokens,
             stop=list(params.stop) or None, stop_token_ids=list(stop_ids or []) or None,
-            ignore_eos=stop_ids is not None, logprobs=0, detokenize=bool(params.stop))
+            ignore_eos=stop_ids is not None, logprobs=0, detokenize=bool(params.stop),
+            seed=params.seed)
 
     async def one(self, prompt: Sequence[int], sampling) -> Completion:
         from vllm.inputs import TokensPrompt
@@ -114,9 +115,9 @@ class VLLMEngine:
         return False  # vLLM always holds its own copy of the weights
 
     def reseed(self, seed: int) -> None:
-        """vLLM seeds its engine once (``seed`` engine argument); per-step reseeding would need
-        a seed per request, which makes identical prompts sample identically, so it keeps its
-        own stream."""
+        """vLLM seeds its engine once (``seed`` engine argument) and cannot restart that stream;
+        reproducible sampling comes from per-request seeds (``SamplingParams.seed``), which the
+        trainer gives every trajectory."""
 
     async def update_weights(self, state_dict: Mapping[str, Any], version: int | None = None
                              ) -> None:

@@ -45,6 +45,7 @@ import os
 import random
 import re
 import shutil
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,14 +99,19 @@ def checkpoint_files(step: int, model: torch.nn.Module, optimizer: torch.optim.O
             "state.json": {"step": step, "data_position": data_position}}
 
 
-def write_checkpoint(root: str | Path, step: int, files: dict[str, Any], keep_last: int) -> Path:
-    """Write ``files`` as the checkpoint of ``step`` (module docstring: atomicity, retention)."""
+def write_checkpoint(root: str | Path, step: int, files: dict[str, Any], keep_last: int,
+                     fill: Callable[[Path], None] | None = None) -> Path:
+    """Write ``files`` as the checkpoint of ``step`` (module docstring: atomicity, retention);
+    ``fill``, if given, first writes more files into the temporary directory (a sharded
+    learner's ranks write their shards there)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(root)
     final = root / step_dir_name(step)
     temp = root / f"{TEMP_PREFIX}{final.name}-{os.getpid()}"
     temp.mkdir()
+    if fill is not None:
+        fill(temp)
     for name, payload in files.items():
         write_durably(temp / name, payload)
     fsync_directory(temp)

@@ -11,8 +11,13 @@ while its previous batch was grading to the grader as one ``grade_many`` call, s
 overlaps the rollouts still generating and each call gives a parallel grader (one with many
 worker processes) as many pairs as have ended, instead of one pair at a time.
 
-The engine is reseeded with ``seed`` first (``TrainableEngine.reseed``), so a resumed step
-samples as the interrupted one did where the engine allows it.
+Seeds: rollout ``k`` of problem ``i`` samples from its own stream ``derive_seed(seed, i, k)``
+(``SamplingParams.seed`` on every turn), so which tokens it draws does not depend on the order
+in which requests reach the engine, on what is batched beside it, or on which fleet member
+runs it (arrival order follows the sandbox's wall-clock timing and differs between runs). The
+engine is also reseeded with ``seed`` (``TrainableEngine.reseed``) for anything unseeded.
+A resumed step samples as the interrupted one did, up to the numerics of batching (a logit
+that moves by a rounding error can move a draw across a token boundary).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from rstar2.agent.rollout import Agent, CodeRunner
 from rstar2.agent.rollout import RolloutConfig as AgentRolloutConfig
 from rstar2.data.problems import Problem
 from rstar2.engines.base import TrainableEngine
+from rstar2.engines.sampling import derive_seed
 from rstar2.reward import Grade, Grader
 from rstar2.rl.config import RolloutConfig
 from rstar2.rl.metrics import Rollout
@@ -99,10 +105,10 @@ class Sampler:
         started = time.perf_counter()
         last_rollout_end = started
 
-        async def one(problem: Problem) -> Rollout:
+        async def one(problem: Problem, seed: int) -> Rollout:
             nonlocal last_rollout_end
             began = time.perf_counter()
-            trajectory = await self.agent.rollout(problem.problem)
+            trajectory = await self.agent.rollout(problem.problem, seed=seed)
             ended = time.perf_counter()
             last_rollout_end = max(last_rollout_end, ended)
             grade = await grades.grade(trajectory.assistant_text, problem.answer)
@@ -110,7 +116,8 @@ class Sampler:
             return Rollout(trajectory, trajectory_facts(trajectory, grade.reward), span)
 
         n = self.rollouts_per_prompt
-        groups = await asyncio.gather(*(asyncio.gather(*(one(p) for _ in range(n))) for p in problems))
+        groups = await asyncio.gather(*(asyncio.gather(*(one(p, derive_seed(seed, i, k)) for k in range(n)))
+                                        for i, p in enumerate(problems)))
         timings = {"rollout": last_rollout_end - started, "tools": self.tools.busy_s,
                    "reward": time.perf_counter() - last_rollout_end}
         return SampledBatch([list(group) for group in groups], timings)

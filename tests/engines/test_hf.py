@@ -70,6 +70,28 @@ def test_identical_prompts_are_sampled_independently(hf_engine, prompts):
     assert len({tuple(o.token_ids) for o in outs}) > 1
 
 
+def test_a_seeded_request_samples_the_same_tokens_however_it_is_batched(hf_engine, prompts):
+    """Alone, or joining three other requests already decoding, with the engine's own generator
+    reseeded in between: the seeded request's tokens do not change; another seed changes them."""
+    seeded = SamplingParams(temperature=1.0, max_tokens=24, stop_token_ids=(), seed=11)
+    others = SamplingParams(temperature=1.0, max_tokens=40, stop_token_ids=())
+
+    async def crowded():
+        hf_engine.reseed(99)
+        busy = asyncio.ensure_future(hf_engine.generate([prompts[0], prompts[1], prompts[3]], others))
+        await asyncio.sleep(0.3)
+        mine = await hf_engine.generate([prompts[2]], seeded)
+        await busy
+        return mine[0]
+
+    hf_engine.reseed(1)
+    alone = generate(hf_engine, [prompts[2]], seeded)[0]
+    hf_engine.drop_caches()
+    assert asyncio.run(crowded()).token_ids == alone.token_ids
+    other_seed = generate(hf_engine, [prompts[2]], seeded.model_copy(update={"seed": 12}))[0]
+    assert other_seed.token_ids != alone.token_ids
+
+
 def test_next_turn_resumes_the_parked_sequence(hf_engine, prompts, tokenizer):
     first = generate(hf_engine, [prompts[0]], GREEDY)[0]
     follow_up = tokenizer.encode("\n<|im_start|>user\nAnd 3+3?<|im_end|>\n<|im_start|>assistant\n",

@@ -72,6 +72,15 @@ def test_server_speaks_the_completions_dialect(server_url, prompts):
         assert response.json()["error"]["type"] == "invalid_request_error"
 
 
+def test_a_request_seed_reaches_the_server(hf_engine, server_url, prompts):
+    """OpenAI's per-request ``seed``: serve-model samples as the embedded engine does with it."""
+    params = SamplingParams(temperature=1.0, max_tokens=16, stop_token_ids=(), seed=5)
+    over_http, _, local = asyncio.run(both(hf_engine, server_url, prompts[:1], params))
+    assert over_http[0].token_ids == local[0].token_ids
+    other, _, _ = asyncio.run(both(hf_engine, server_url, prompts[:1], params.model_copy(update={"seed": 6})))
+    assert other[0].token_ids != local[0].token_ids
+
+
 def test_unreachable_server_raises_a_clear_error():
     async def call():
         engine = OpenAIEngine("http://127.0.0.1:9", model="x", timeout_s=2)

@@ -2,7 +2,7 @@
 
 import torch
 
-from rstar2.engines.sampling import nucleus, sample_tokens
+from rstar2.engines.sampling import derive_seed, nucleus, request_uniform, sample_tokens
 
 
 def test_greedy_rows_take_the_argmax_with_plain_log_softmax():
@@ -44,3 +44,36 @@ def test_top_p_never_samples_outside_the_nucleus():
     ids, _ = sample_tokens(logits, [1.0] * 2000, [0.6] * 2000,
                            torch.Generator().manual_seed(3))
     assert set(ids.tolist()) <= {0, 1}
+
+
+def test_request_uniforms_are_uniform_positional_and_distinct_per_seed():
+    stream = [request_uniform(7, i) for i in range(20000)]
+    assert all(0.0 <= u < 1.0 for u in stream)
+    counts = torch.histc(torch.tensor(stream), bins=10, min=0.0, max=1.0)
+    assert counts.min() > 1800 and counts.max() < 2200  # 2000 expected per bin
+    assert [request_uniform(7, i) for i in (0, 9999)] == [stream[0], stream[9999]]
+    assert stream[:100] != [request_uniform(8, i) for i in range(100)]
+    assert derive_seed(3, 0, 1) == derive_seed(3, 0, 1) != derive_seed(3, 1, 0)
+    assert 0 <= derive_seed(3, 0, 1) < 2**63
+
+
+def test_a_seeded_row_draws_the_same_token_wherever_it_sits_in_the_batch():
+    torch.manual_seed(0)
+    logits = torch.randn(5, 50)
+    row = logits[2:3]
+    for seed in range(50):
+        alone, _ = sample_tokens(row, [1.0], [1.0], uniforms=[request_uniform(seed, 0)])
+        batch = torch.cat([logits[:2], row, logits[3:]])[torch.tensor([4, 2, 0, 1, 3])]  # row 2 at index 1
+        uniforms = [None, request_uniform(seed, 0), None, None, None]
+        batched, _ = sample_tokens(batch, [1.0] * 5, [1.0] * 5, torch.Generator().manual_seed(seed),
+                                   uniforms)
+        assert batched[1] == alone[0]
+
+
+def test_seeded_draws_follow_the_distribution():
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    logits = probs.log()[None].expand(4000, -1)
+    ids, _ = sample_tokens(logits, [1.0] * 4000, [1.0] * 4000,
+                           uniforms=[request_uniform(seed, 3) for seed in range(4000)])
+    frequencies = torch.bincount(ids, minlength=4).float() / 4000
+    assert torch.allclose(frequencies, probs, atol=0.03)

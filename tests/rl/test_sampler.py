@@ -6,6 +6,7 @@ import asyncio
 import threading
 
 from rstar2.data.problems import Problem
+from rstar2.engines.hf import HFEngine, HFEngineConfig
 from rstar2.reward import Grader, score
 from rstar2.rl.config import RolloutConfig
 from rstar2.rl.sampler import GradeStream, Sampler
@@ -90,3 +91,32 @@ def test_sampler_rolls_out_every_problem_and_grades_each_rollout(hf_engine, sand
             assert 0 < len(rollout_.trajectory.response_ids) <= 24
     assert batch.timings.keys() == {"rollout", "tools", "reward"}
     assert all(seconds >= 0 for seconds in batch.timings.values())
+
+
+def test_the_same_seed_samples_the_same_rollouts_however_the_engine_batches_them(hf_engine, sandbox_url):
+    """Every rollout has its own stream: an engine that runs one sequence at a time and one that
+    batches them all (in whatever order the agent loop's requests arrive) sample the same."""
+    problems = [Problem(id="a", problem="What is 2 + 3?", answer="5"),
+                Problem(id="b", problem="What is 7 * 6?", answer="42")]
+    rollout = RolloutConfig(prompt="short", max_response_tokens=32, max_turns=2)
+    one_at_a_time = HFEngine(HFEngineConfig(dtype="float32", max_batch_size=1), model=hf_engine.model,
+                             tokenizer=hf_engine.tokenizer)
+
+    async def sample(engine, grader, seed):
+        async with SandboxClient([sandbox_url]) as sandbox:
+            sampler = Sampler(engine, engine.tokenizer, sandbox, grader, rollout, rollouts_per_prompt=3)
+            return await sampler.sample(problems, seed=seed)
+
+    def responses(batch):
+        return [[r.trajectory.response_ids for r in group] for group in batch.groups]
+
+    try:
+        with Grader(workers=1) as grader:
+            batched = asyncio.run(sample(hf_engine, grader, 21))
+            serial = asyncio.run(sample(one_at_a_time, grader, 21))
+            other = asyncio.run(sample(hf_engine, grader, 22))
+    finally:
+        one_at_a_time.shutdown()
+    assert responses(batched) == responses(serial)
+    assert responses(batched) != responses(other)
+    assert len({tuple(ids) for ids in responses(batched)[0]}) > 1  # a group's rollouts differ

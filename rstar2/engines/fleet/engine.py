@@ -28,11 +28,10 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from rstar2.engines.base import Completion, EngineLoad, SamplingParams, TrajectoryLost, run_trajectory
 from rstar2.engines.fleet.members import Member, MemberDown
 from rstar2.engines.fleet.policies import PolicyName, Scheduler
+from rstar2.engines.sampling import derive_seed
 
 
 log = logging.getLogger(__name__)
@@ -142,7 +141,7 @@ class Fleet:
         """Reseed every member, each from (seed, its index), so members draw different streams."""
         self.seed = seed
         for index, member in enumerate(self.members):
-            member.reseed(member_seed(seed, index))
+            member.reseed(derive_seed(seed, index))
 
     async def live_members(self) -> list[int]:
         """Indices of the members that answer now; one that does not is lost here (and
@@ -256,7 +255,7 @@ class Fleet:
                 elif self.last_weights is not None:
                     await member.update_weights(self.last_weights, self.last_version)
                 if self.seed is not None:
-                    member.reseed(member_seed(self.seed, index))
+                    member.reseed(derive_seed(self.seed, index))
                 load = await member.load()
                 self.scheduler.restore(index, load.kv_capacity_tokens)
                 self.replaced += 1
@@ -266,8 +265,3 @@ class Fleet:
             self.restarts.discard(asyncio.current_task())
             self.dispatch()
 
-
-def member_seed(seed: int, index: int) -> int:
-    """A 63-bit seed for member ``index`` of a fleet seeded ``seed``."""
-    state = np.random.SeedSequence([seed, index]).generate_state(2, np.uint64)[0]
-    return int(state >> np.uint64(1))
