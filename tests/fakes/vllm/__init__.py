@@ -44,6 +44,7 @@ class FakeSamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None
     detokenize: bool = True
+    seed: int | None = None
 
 
 @dataclass
@@ -159,7 +160,8 @@ class FakeAsyncLLM:
             raise NotImplementedError("the stand-in stops at either EOS or the given ids")
         params = SamplingParams(temperature=sp.temperature, top_p=sp.top_p,
                                 max_tokens=sp.max_tokens, stop=tuple(sp.stop or ()),
-                                stop_token_ids=tuple(sp.stop_token_ids or ()) if sp.ignore_eos else None)
+                                stop_token_ids=tuple(sp.stop_token_ids or ()) if sp.ignore_eos else None,
+                                seed=sp.seed)
         ids = list(prompt["prompt_token_ids"])
         [done] = await self.engine.generate([ids], params)
         logprobs = None
