@@ -7,7 +7,6 @@ so the trainer pushes its weights to every member before sampling and after the 
 
 import asyncio
 import json
-import threading
 
 import pytest
 import torch
@@ -76,10 +75,13 @@ def test_a_member_dying_mid_step_loses_no_rollout(tmp_path, rl_data, sandbox_url
     engines = member_engines(budget=4 * 400)
 
     class Dying(LocalMember):
+        """Dies when the first turn of a trajectory admitted to it arrives (mid-step, with its
+        share of the step's trajectories booked on it). Dying after answering instead would
+        leave it to timing whether any trajectory still needs it."""
+
         async def generate(self, prompts, params):
-            out = await super().generate(prompts, params)
-            threading.Thread(target=self.engine.shutdown).start()
-            return out
+            self.engine.shutdown()
+            return await super().generate(prompts, params)
 
     try:
         fleet, loads = one_step(tmp_path, rl_data, sandbox_url,
