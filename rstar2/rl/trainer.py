@@ -21,8 +21,9 @@ recipe). One step:
    ``rollouts/step_N.jsonl``; checkpoint (atomic, written while the next step runs), so a run
    killed at any moment loses at most the step in progress and the one being written.
 
-Randomness: the prompt order is a function of (seed, position); RoC and the engine's sampling
-generator are reseeded from (seed, step) every step; the global RNGs travel in checkpoints.
+Randomness: the prompt order is a function of (seed, position); RoC's generator and every
+rollout's sampling stream are derived from (seed, step) (the sampler gives each rollout its own
+``SamplingParams.seed``); the global RNGs travel in checkpoints.
 """
 
 from __future__ import annotations
