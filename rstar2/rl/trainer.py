@@ -36,6 +36,7 @@ import torch
 
 from rstar2.agent.trajectory import Trajectory
 from rstar2.data.problems import Problem
+from rstar2.engines.sampling import derive_seed
 from rstar2.rl.advantage import group_advantages
 from rstar2.rl.batch import TrainSequence
 from rstar2.rl.config import RunConfig
@@ -93,7 +94,7 @@ class Trainer:
         """One rollout step (module docstring); returns its metrics and its rollout log rows."""
         started = time.perf_counter()
         problems = [self.problems[i] for i in self.order.next_batch(self.config.rl.prompts_per_step)]
-        batch = await self.sampler.sample(problems, seed_of(self.config.seed, step))
+        batch = await self.sampler.sample(problems, derive_seed(self.config.seed, step))
         rng = np.random.default_rng([self.config.seed, step])
         decisions = [select_group([r.facts for r in group], self.config.rl.roc, rng) for group in batch.groups]
         lr = self.learner.learning_rate()
@@ -165,7 +166,3 @@ def token_logprobs(trajectory: Trajectory, tokenizer) -> list[list]:
     return [[piece, round(logprob, 4) if sampled else None]
             for piece, logprob, sampled in zip(pieces, trajectory.logprobs, trajectory.loss_mask)]
 
-
-def seed_of(seed: int, step: int) -> int:
-    """A 63-bit seed for step ``step`` of a run seeded ``seed``."""
-    return int(np.random.SeedSequence([seed, step]).generate_state(2, np.uint64)[0] >> np.uint64(1))
