@@ -2,12 +2,16 @@
 continuous batching and prefix reuse that change nothing but speed."""
 
 import asyncio
+from dataclasses import dataclass
 
 import pytest
 import torch
 
+from rstar2.engines import hf as hf_module
 from rstar2.engines.base import SamplingParams
 from rstar2.engines.hf import HFEngine, HFEngineConfig, Resident
+from rstar2.engines.sampling import request_uniform, sample_tokens
+from tests.polling import until
 
 SYSTEM = "You are a careful assistant. Answer briefly, in one sentence, and stay on topic."
 QUESTIONS = ["What is 2+2?", "Name a primary colour.", "Write a short line about the sea.",
@@ -70,24 +74,66 @@ def test_identical_prompts_are_sampled_independently(hf_engine, prompts):
     assert len({tuple(o.token_ids) for o in outs}) > 1
 
 
-def test_a_seeded_request_samples_the_same_tokens_however_it_is_batched(hf_engine, prompts):
-    """Alone, or joining three other requests already decoding, with the engine's own generator
-    reseeded in between: the seeded request's tokens do not change; another seed changes them."""
+def record_seeded_draws(monkeypatch):
+    """Records, for every decode step that samples a seeded row, that row's uniform number, its
+    logits, the token it got and how many rows shared the step."""
+    draws = []
+
+    def recording(logits, temperature, top_p, generator=None, uniforms=None):
+        ids, logprobs = sample_tokens(logits, temperature, top_p, generator, uniforms)
+        for row, u in enumerate(uniforms or []):
+            if u is not None:
+                draws.append(SeededDraw(u, logits[row].clone(), int(ids[row]), logits.shape[0]))
+        return ids, logprobs
+
+    monkeypatch.setattr(hf_module, "sample_tokens", recording)
+    return draws
+
+
+@dataclass
+class SeededDraw:
+    uniform: float
+    logits: torch.Tensor
+    token: int
+    batch_rows: int
+
+
+def test_a_seeded_request_draws_its_own_stream_however_it_is_batched(hf_engine, prompts, monkeypatch):
+    """The engine's promise: a seeded request's i-th token is drawn with ``request_uniform(seed,
+    i)`` and depends on nothing but that number and the request's own logits. Alone, or joining
+    three requests already decoding (with the engine's generator reseeded in between), it draws
+    the same numbers; where its logits are equal its tokens are. (The logits themselves may
+    differ in the last bits when other rows share the step: kernels of another shape round
+    differently, so equal tokens in a crowd are not promised.)"""
     seeded = SamplingParams(temperature=1.0, max_tokens=24, stop_token_ids=(), seed=11)
-    others = SamplingParams(temperature=1.0, max_tokens=40, stop_token_ids=())
+    crowd = SamplingParams(temperature=1.0, max_tokens=200, stop_token_ids=())
+    draws = record_seeded_draws(monkeypatch)
 
     async def crowded():
         hf_engine.reseed(99)
-        busy = asyncio.ensure_future(hf_engine.generate([prompts[0], prompts[1], prompts[3]], others))
-        await asyncio.sleep(0.3)
+        busy = asyncio.ensure_future(hf_engine.generate([prompts[0], prompts[1], prompts[3]], crowd))
+        await until(lambda: hf_engine.n_active == 3, what="the crowd decoding")
         mine = await hf_engine.generate([prompts[2]], seeded)
-        await busy
+        busy.cancel()  # the crowd only had to be there
+        await asyncio.gather(busy, return_exceptions=True)
+        await until(lambda: hf_engine.n_active == 0, what="the crowd gone")
         return mine[0]
 
     hf_engine.reseed(1)
     alone = generate(hf_engine, [prompts[2]], seeded)[0]
+    alone_draws, draws[:] = list(draws), []
     hf_engine.drop_caches()
-    assert asyncio.run(crowded()).token_ids == alone.token_ids
+    in_crowd = asyncio.run(crowded())
+    crowd_draws = list(draws)
+
+    stream = [request_uniform(11, i) for i in range(seeded.max_tokens)]
+    assert [d.uniform for d in alone_draws] == stream == [d.uniform for d in crowd_draws]
+    assert max(d.batch_rows for d in crowd_draws) > 1, "the seeded request never shared a step"
+    assert [d.token for d in alone_draws] == alone.token_ids
+    assert [d.token for d in crowd_draws] == in_crowd.token_ids
+    for d in alone_draws + crowd_draws:  # the token is a function of the logits and the uniform
+        redrawn, _ = sample_tokens(d.logits[None], [1.0], [1.0], uniforms=[d.uniform])
+        assert int(redrawn) == d.token
     other_seed = generate(hf_engine, [prompts[2]], seeded.model_copy(update={"seed": 12}))[0]
     assert other_seed.token_ids != alone.token_ids
 
@@ -108,7 +154,7 @@ def test_requests_joining_mid_decode_do_not_disturb_others(hf_engine, prompts):
 
     async def staggered():
         early = asyncio.ensure_future(hf_engine.generate([prompts[1]], long))
-        await asyncio.sleep(0.5)
+        await until(lambda: hf_engine.n_active == 1, what="the early request decoding")
         late = await hf_engine.generate([prompts[3], prompts[2]], GREEDY)
         return (await early)[0], late
 

@@ -7,10 +7,12 @@ import threading
 
 from rstar2.data.problems import Problem
 from rstar2.engines.hf import HFEngine, HFEngineConfig
+from rstar2.engines.sampling import derive_seed
 from rstar2.reward import Grader, score
 from rstar2.rl.config import RolloutConfig
 from rstar2.rl.sampler import GradeStream, Sampler
 from rstar2.sandbox import SandboxClient
+from tests.polling import until
 
 RIGHT = "<answer>\\boxed{\\frac{1}{2}}</answer>"  # equal to 0.5 only symbolically: a worker decides
 
@@ -35,10 +37,9 @@ def test_pairs_that_end_while_a_batch_grades_go_together_as_the_next_batch():
     async def scenario(grader):
         stream = GradeStream(grader)
         first = asyncio.create_task(stream.grade(RIGHT, "0.5"))
-        while not grader.batches:  # the first batch is with the grader
-            await asyncio.sleep(0.01)
+        await until(lambda: grader.batches, what="the first batch with the grader")
         later = [asyncio.create_task(stream.grade(f"<answer>\\boxed{{{n}}}</answer>", "2")) for n in (1, 2, 3)]
-        await asyncio.sleep(0.05)
+        await until(lambda: len(stream.waiting) == 3, what="the three pairs waiting")
         grader.gate.set()
         return await first, await asyncio.gather(*later)
 
@@ -93,9 +94,24 @@ def test_sampler_rolls_out_every_problem_and_grades_each_rollout(hf_engine, sand
     assert all(seconds >= 0 for seconds in batch.timings.values())
 
 
-def test_the_same_seed_samples_the_same_rollouts_however_the_engine_batches_them(hf_engine, sandbox_url):
-    """Every rollout has its own stream: an engine that runs one sequence at a time and one that
-    batches them all (in whatever order the agent loop's requests arrive) sample the same."""
+def record_requests(engine, monkeypatch) -> list[tuple[tuple[int, ...], int | None]]:
+    """Every (prompt ids, seed) the engine is asked to continue, in arrival order."""
+    asked = []
+    original = engine.generate
+
+    async def generate(prompts, params):
+        asked.extend((tuple(p), params.seed) for p in prompts)
+        return await original(prompts, params)
+
+    monkeypatch.setattr(engine, "generate", generate)
+    return asked
+
+
+def test_every_rollout_asks_for_its_own_stream_however_the_engine_batches(hf_engine, sandbox_url, monkeypatch):
+    """Rollout k of problem i asks for the seed ``derive_seed(derive_seed(step seed, i, k), turn)``
+    on every turn, from an engine that runs one sequence at a time as from one that batches them
+    all in arrival order; the engine draws a seeded request's tokens from that seed's stream alone
+    (tests/engines/test_hf.py), so batching does not change its random numbers."""
     problems = [Problem(id="a", problem="What is 2 + 3?", answer="5"),
                 Problem(id="b", problem="What is 7 * 6?", answer="42")]
     rollout = RolloutConfig(prompt="short", max_response_tokens=32, max_turns=2)
@@ -107,16 +123,26 @@ def test_the_same_seed_samples_the_same_rollouts_however_the_engine_batches_them
             sampler = Sampler(engine, engine.tokenizer, sandbox, grader, rollout, rollouts_per_prompt=3)
             return await sampler.sample(problems, seed=seed)
 
-    def responses(batch):
-        return [[r.trajectory.response_ids for r in group] for group in batch.groups]
+    def streams(step_seed):
+        return {(i, k, turn): derive_seed(derive_seed(step_seed, i, k), turn)
+                for i in range(2) for k in range(3) for turn in range(rollout.max_turns)}
 
+    batched_asks, serial_asks = record_requests(hf_engine, monkeypatch), record_requests(one_at_a_time, monkeypatch)
     try:
         with Grader(workers=1) as grader:
             batched = asyncio.run(sample(hf_engine, grader, 21))
             serial = asyncio.run(sample(one_at_a_time, grader, 21))
-            other = asyncio.run(sample(hf_engine, grader, 22))
+            other_step = len(batched_asks)
+            asyncio.run(sample(hf_engine, grader, 22))
     finally:
         one_at_a_time.shutdown()
-    assert responses(batched) == responses(serial)
-    assert responses(batched) != responses(other)
-    assert len({tuple(ids) for ids in responses(batched)[0]}) > 1  # a group's rollouts differ
+    first_turns = {seed: (i, k) for (i, k, turn), seed in streams(21).items() if turn == 0}
+    for asks in (batched_asks[:other_step], serial_asks):
+        seeds = [seed for _, seed in asks]
+        assert len(seeds) == len(set(seeds)) and set(seeds) <= set(streams(21).values())
+        prompts = {first_turns[seed]: prompt for prompt, seed in asks if seed in first_turns}
+        assert prompts.keys() == set(first_turns.values())  # every rollout began with its own seed
+        assert all(prompts[(i, k)] == prompts[(i, 0)] != prompts[(1 - i, 0)] for i, k in prompts)
+    assert {s for _, s in batched_asks[other_step:]} <= set(streams(22).values())
+    for batch in (batched, serial):
+        assert len({tuple(r.trajectory.response_ids) for r in batch.groups[0]}) > 1  # a group's rollouts differ

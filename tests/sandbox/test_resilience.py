@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from rstar2.sandbox import SandboxClient, local_sandbox
-from tests.sandbox.helpers import run
+from tests.polling import until
+from tests.sandbox.helpers import busy_workers, run
 from tests.sandbox.procs import descendants, parent_of, service_pid, wait_until_gone, worker_pids
 
 
@@ -32,7 +33,7 @@ def test_worker_killed_from_outside_is_replaced_and_call_answered_killed(target,
         async def call_and_kill():
             async with httpx.AsyncClient(timeout=60) as client:
                 pending = asyncio.create_task(client.post(f"{url}/run", json={"code": "import time; time.sleep(30)", "timeout_s": 30}))
-                await asyncio.sleep(1.0)
+                await until(lambda: busy_workers(url) == 1, what="the call running")
                 os.kill(victim, sig)
                 return (await pending).json()
         answer = asyncio.run(call_and_kill())
@@ -59,7 +60,7 @@ def test_full_queue_answers_503_with_retry_after_and_the_client_backs_off():
         async def scenario():
             async with httpx.AsyncClient(timeout=60) as http:
                 busy = asyncio.create_task(http.post(f"{url}/run_batch", json={"requests": [slow] * 2}))
-                await asyncio.sleep(0.3)
+                await until(lambda: busy_workers(url) == 1, what="the first batch running")
                 started = time.monotonic()
                 refused = await http.post(f"{url}/run_batch", json={"requests": [slow] * 2})
                 refused_after = time.monotonic() - started

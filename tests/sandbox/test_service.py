@@ -3,14 +3,14 @@ calls of a killed service retried elsewhere, none lost and none answered twice."
 
 import asyncio
 import os
-import re
 import signal
 import time
 
 import httpx
 
 from rstar2.sandbox import SandboxClient, local_sandbox
-from tests.sandbox.helpers import run
+from tests.polling import until
+from tests.sandbox.helpers import metric, run
 from tests.sandbox.procs import descendants, service_pid, worker_pids
 
 
@@ -36,12 +36,6 @@ def test_each_call_runs_in_a_child_forked_before_it_arrived():
         time.sleep(0.2)
         assert run(url, "print('ran')").stdout == "ran\n"
         assert worker_pids(url) == [worker]
-
-
-def metric(text: str, name: str) -> dict[str, float]:
-    """Samples of one metric: label text (or '') -> value."""
-    pattern = re.compile(rf"^{re.escape(name)}(?:{{(.*)}})? (\S+)$", re.M)
-    return {labels or "": float(value) for labels, value in pattern.findall(text)}
 
 
 def test_metrics_show_worker_busy_time_and_queue_wait(sandbox_url):
@@ -73,7 +67,7 @@ async def test_a_service_killed_mid_burst_loses_no_call_and_answers_none_twice()
                 answers.append(result.stdout)
 
             burst = asyncio.gather(*(call(i) for i in range(120)))
-            await asyncio.sleep(0.5)
+            await until(lambda: len(answers) >= 4, what="the burst under way")
             os.kill(victim, signal.SIGKILL)
             answered_at_kill = len(answers)
             await burst
