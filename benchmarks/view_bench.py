@@ -8,8 +8,9 @@ Run (a few minutes; take the shared lock so no other heavy job skews the figures
 Run folders are written by the project's own writers from real rollouts: per problem, real
 trajectories (scripted tool-use traces played through the real agent loop and sandbox, one of
 them failing its first call, plus samples of the real embedded model), graded by the real
-verifier, judged by RoC (``select_group``), summed up by ``step_metrics``, logged by the
-trainer's ``rollout_rows`` and ``RunLog``; the eval folders by the eval runner. The large run
+verifier, judged by RoC (``PaperRoC``, keeping half of each group), summed up by
+``step_metrics``, logged by the trainer's ``rollout_rows`` and ``RunLog``; the eval folders by
+the eval runner. The large run
 reuses a pool of such groups step after step (so it is large, not long to make).
 
 First paint is measured in headless Chromium (Playwright, the system browser): from navigation
@@ -43,9 +44,10 @@ from rstar2.engines.loading import load_tokenizer
 from rstar2.eval.launch import solution_of
 from rstar2.eval.runner import EvalSettings, run_eval
 from rstar2.reward import Grader
-from rstar2.rl.config import LoggingConfig, RocConfig
+from rstar2.rl.advantage import PaperRoC
+from rstar2.rl.config import LoggingConfig, RLConfig
 from rstar2.rl.metrics import Rollout, step_metrics
-from rstar2.rl.roc import select_group, trajectory_facts
+from rstar2.rl.roc import trajectory_facts
 from rstar2.rl.runlog import RunLog
 from rstar2.rl.trainer import rollout_rows
 from rstar2.sandbox import SandboxClient, local_sandbox
@@ -118,7 +120,8 @@ def write_training_run(run_dir: Path, pool: Sequence[ProblemRollouts], steps: in
             chosen = [pool[(step * groups_per_step + i) % len(pool)] for i in range(groups_per_step)]
             groups = [groups_of[id(item)] for item in chosen]
             rng = np.random.default_rng([0, step])
-            decisions = [select_group([r.facts for r in group], RocConfig(mode="paper"), rng) for group in groups]
+            decisions = [PaperRoC(RLConfig(steps=1, group_size=max(2, len(group) // 2))).select(
+                [r.facts for r in group], rng) for group in groups]
             rows = rollout_rows(step, [item.problem for item in chosen][:logged_groups], groups[:logged_groups],
                                 decisions[:logged_groups], tokenizer)
             log.rollouts(step, rows)

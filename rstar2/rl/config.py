@@ -161,19 +161,30 @@ class RolloutConfig(Section):
 
 class RocConfig(Section):
     mode: Literal["paper", "release", "off"] = "paper"
-    """How G of 2G rollouts are kept: 'paper' (half the negatives uniformly, the rest positives
-    sampled with weight 1/(p_total + eps)); 'release' (the official code: proportional counts
-    with a floor per side, positives sorted by penalty, negatives in rollout order); 'off' (plain
-    GRPO: G rollouts are sampled and all kept)."""
+    """How a prompt's rollouts become its training group (one class each in
+    ``rstar2.rl.advantage``): 'paper' (§2.2.3: half the negatives uniformly, the rest positives
+    drawn with weight 1/(p_total + eps)); 'release' (the official code rule for rule:
+    proportional counts with a floor per side, positives sorted by penalty, negatives in rollout
+    order, the release's format penalty and group-size rules); 'off' (plain GRPO: G rollouts are
+    sampled and all kept)."""
+    error_signal: Literal["outcome", "text"] = "outcome"
+    """What p_err counts as a failed tool call. 'outcome' (default): the call's recorded outcome,
+    so parse errors, exceptions, timeouts and kills all count, as the paper lists them. 'text':
+    the release's rule, the share of ``<tool_response>`` blocks in the response text that contain
+    'error' in any case (it misses a timeout or kill whose text lacks the word and counts output
+    that prints it). ``mode: release`` with ``error_signal: text`` is the official run exactly."""
     penalty_epsilon: float = Field(0.1, gt=0)
     """eps in the paper-mode weight 1/(p_total + eps), which is undefined at p_total = 0. At 0.1 a
     flawless trace is 3.5x as likely per draw as one with a quarter of its calls failing, and the
     weights stay within 1/2.1 .. 10, so selection prefers quality without becoming a sort."""
     min_per_side: int = Field(2, ge=0)
-    """Release mode: at least this many positives and negatives are kept when available."""
+    """Release mode: at least this many positives and negatives are kept when available (the
+    release's ``min_zero_reward_trace_num`` and ``min_non_zero_reward_trace_num``, both 2)."""
     drop_zero_variance: bool = True
-    """Drop groups whose kept rewards are all equal (no learning signal), as the release does;
-    they are counted in the step's metrics. The batch is not refilled."""
+    """Drop a group whose rewards are all equal before selection (the release's
+    ``reject_equal_reward``). Paper mode also drops a group whose kept rewards became all equal
+    (a single negative keeps none), a check the release does not make. Dropped groups are
+    counted in the step's metrics; the batch is not refilled."""
 
 
 class LossConfig(Section):

@@ -54,7 +54,7 @@ def step_metrics(
     metrics = {
         "reward/accuracy": sum(f.reward for f in facts) / n,
         "tools/call_rate": sum(f.tool_calls > 0 for f in facts) / n,
-        **rollout_metrics(facts),
+        **rollout_metrics(facts, decisions),
         "response/length_mean": sum(lengths) / n,
         "response/length_max": float(max(lengths, default=0)),
         "response/truncated_ratio": sum(r.trajectory.truncated for r in rollouts) / n,

@@ -32,18 +32,17 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
-import torch
 
 from rstar2.agent.trajectory import Trajectory
 from rstar2.data.problems import Problem
 from rstar2.engines.sampling import derive_seed
-from rstar2.rl.advantage import group_advantages
+from rstar2.rl.advantage import GroupAlgorithm, group_algorithm
 from rstar2.rl.batch import TrainSequence
 from rstar2.rl.config import RunConfig
 from rstar2.rl.learner import Learner
 from rstar2.rl.metrics import Rollout, step_metrics, weight_version_metrics
 from rstar2.rl.prompt_order import PromptOrder
-from rstar2.rl.roc import GroupDecision, select_group
+from rstar2.rl.roc import GroupDecision
 from rstar2.rl.runlog import RunLog
 from rstar2.rl.sampler import Sampler
 
@@ -61,6 +60,7 @@ class Trainer:
         self.console = console
         self.order = PromptOrder(len(self.problems), config.seed)
         self.completed_steps = 0
+        self.algorithm = group_algorithm(config.rl)
 
     def restore(self, resume: bool) -> None:
         """Continue the run's latest checkpoint (``resume``), else start from ``rl.init``."""
@@ -96,10 +96,10 @@ class Trainer:
         problems = [self.problems[i] for i in self.order.next_batch(self.config.rl.prompts_per_step)]
         batch = await self.sampler.sample(problems, derive_seed(self.config.seed, step))
         rng = np.random.default_rng([self.config.seed, step])
-        decisions = [select_group([r.facts for r in group], self.config.rl.roc, rng) for group in batch.groups]
+        decisions = [self.algorithm.select([r.facts for r in group], rng) for group in batch.groups]
         lr = self.learner.learning_rate()
         update_started = time.perf_counter()
-        sequences = training_sequences(batch.groups, decisions, self.config.rl.loss.std_epsilon)
+        sequences = training_sequences(batch.groups, decisions, self.algorithm)
         stats, grad_norm = self.learner.learn(sequences)
         await self.learner.push_weights(step + 1)
         timings = {**batch.timings, "update": time.perf_counter() - update_started,
@@ -119,15 +119,14 @@ class Trainer:
 
 
 def training_sequences(groups: Sequence[Sequence[Rollout]], decisions: Sequence[GroupDecision],
-                       std_epsilon: float) -> list[TrainSequence]:
-    """The kept rollouts of the groups RoC used, each with its group-normalised advantage."""
+                       algorithm: GroupAlgorithm) -> list[TrainSequence]:
+    """The kept rollouts of the groups RoC used, each with the algorithm's advantage."""
     sequences = []
     for group, decision in zip(groups, decisions):
         if not decision.kept:
             continue
         kept = [group[i] for i in decision.kept]
-        rewards = torch.tensor([[r.facts.reward for r in kept]])
-        for rollout, advantage in zip(kept, group_advantages(rewards, std_epsilon)[0].tolist()):
+        for rollout, advantage in zip(kept, algorithm.advantages([r.facts.reward for r in kept])):
             t = rollout.trajectory
             sequences.append(TrainSequence(t.prompt_ids, t.response_ids, t.loss_mask, t.logprobs, advantage))
     return sequences

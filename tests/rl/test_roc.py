@@ -1,4 +1,5 @@
-"""Resample-on-Correct: penalties, keep counts, sampling distributions, zero variance, switches."""
+"""Resample-on-Correct: penalties, keep counts, sampling distributions, zero variance, switches.
+The release's own rules (text penalties, group sizes) are in test_roc_release.py."""
 
 import itertools
 import math
@@ -8,31 +9,39 @@ import numpy as np
 import pytest
 
 from rstar2.agent.trajectory import ToolCallRecord, Trajectory, Turn
-from rstar2.rl.config import RocConfig
+from rstar2.rl.advantage import group_algorithm
+from rstar2.rl.config import RLConfig, RocConfig
 from rstar2.rl.roc import (
-    GroupDecision,
     RolloutSummary,
+    TextFacts,
     decision_counts,
     format_penalty,
     paper_keep_counts,
     release_keep_counts,
     rollout_metrics,
-    select_group,
     tool_error_ratio,
     total_penalty,
     trajectory_facts,
 )
 
-PAPER = RocConfig(mode="paper")
-PAPER_KEEP_ALL = RocConfig(mode="paper", drop_zero_variance=False)
-RELEASE = RocConfig(mode="release")
-RELEASE_KEEP_ALL = RocConfig(mode="release", drop_zero_variance=False)
+
+def algorithm(mode="paper", keep=4, **roc):
+    return group_algorithm(RLConfig(steps=1, group_size=keep, roc=RocConfig(mode=mode, **roc)))
+
+
+PAPER = algorithm("paper")
+PAPER_KEEP_ALL = algorithm("paper", drop_zero_variance=False)
+RELEASE = algorithm("release")
+RELEASE_KEEP_ALL = algorithm("release", drop_zero_variance=False)
 
 
 def rollout(reward, calls=2, errors=0, answers=1, turns=3):
-    return RolloutSummary(
-        reward=reward, tool_calls=calls, tool_errors=errors, answer_blocks=answers, turns=turns
-    )
+    """Facts whose text agrees with them: every call has a response block, failed ones say
+    "error", the answers are balanced and every turn after the first is closed."""
+    text = TextFacts(answer_openers=answers, answer_closers=answers, closed_answers=answers,
+                     tool_responses=calls, error_responses=errors, counted_turns=turns - 1)
+    return RolloutSummary(reward=reward, tool_calls=calls, tool_errors=errors, answer_blocks=answers,
+                          turns=turns, text=text)
 
 
 def group(positives, negatives, **facts):
@@ -79,11 +88,13 @@ def test_total_penalty_adds_both():
     assert total_penalty(rollout(0.0, calls=3, errors=3, answers=0)) == pytest.approx(2.0)
 
 
-def test_any_object_with_the_five_facts_is_accepted():
-    loose = [SimpleNamespace(reward=r, tool_calls=1, tool_errors=0, answer_blocks=1, turns=2)
-             for r in (1.0, 0.0) * 2]
-    decision = select_group(loose, PAPER, np.random.default_rng(0))
-    assert len(decision.kept) == 2 and decision.dropped is None
+def test_any_object_with_the_facts_is_accepted():
+    text = TextFacts(1, 1, 1, 1, 0, 1)
+    loose = [SimpleNamespace(reward=r, tool_calls=1, tool_errors=0, answer_blocks=1, turns=2, text=text)
+             for r in (1.0, 0.0) * 4]
+    for mode in ("paper", "release", "off"):
+        decision = algorithm(mode).select(loose, np.random.default_rng(0))
+        assert len(decision.kept) == (8 if mode == "off" else 4) and decision.dropped is None
 
 
 @pytest.mark.parametrize(
@@ -96,12 +107,22 @@ def test_any_object_with_the_five_facts_is_accepted():
 )
 def test_uninterpretable_rollouts_are_rejected(bad, message):
     with pytest.raises(ValueError, match=message):
-        select_group([bad, rollout(0.0)], PAPER, np.random.default_rng(0))
+        PAPER.select([bad, rollout(0.0)], np.random.default_rng(0))
 
 
-def test_roc_needs_an_even_group():
-    with pytest.raises(ValueError, match="odd"):
-        select_group(group(2, 1), PAPER, np.random.default_rng(0))
+@pytest.mark.parametrize(
+    ("positives", "negatives", "expected"),
+    [
+        (3, 6, (2, 2)),  # 9 > G = 4: ⌊6·4/9⌋ = 2 negatives, the other 2 positives
+        (4, 5, (2, 2)),  # ⌊5·4/9⌋ = 2
+        (1, 8, (1, 3)),  # ⌊8·4/9⌋ = 3
+        (2, 1, (2, 1)),  # 3 <= G: nothing to choose, all kept
+        (2, 2, (2, 2)),
+    ],
+)
+def test_paper_mode_on_groups_other_than_2g(positives, negatives, expected):
+    rollouts = group(positives, negatives)
+    assert kept_sides(PAPER.select(rollouts, np.random.default_rng(0)), rollouts) == expected
 
 
 # --- keep counts -----------------------------------------------------------------------------
@@ -114,7 +135,7 @@ RELEASE_COUNTS_2G8 = [(0, 4), (1, 3), (2, 2), (2, 2), (2, 2), (2, 2), (2, 2), (3
 @pytest.mark.parametrize("positives", range(9))
 def test_paper_keep_counts_for_every_split_of_eight(positives):
     rollouts = group(positives, 8 - positives)
-    decision = select_group(rollouts, PAPER_KEEP_ALL, np.random.default_rng(positives))
+    decision = PAPER_KEEP_ALL.select(rollouts, np.random.default_rng(positives))
     assert kept_sides(decision, rollouts) == PAPER_COUNTS_2G8[positives]
 
 
@@ -122,7 +143,7 @@ def test_paper_keep_counts_for_every_split_of_eight(positives):
 def test_paper_keeps_half_the_negatives_and_the_rest_positives(size):
     for positives in range(size + 1):
         negatives = size - positives
-        kept_pos, kept_neg = paper_keep_counts(positives, negatives)
+        kept_pos, kept_neg = paper_keep_counts(positives, negatives, size // 2)
         assert kept_neg == negatives // 2
         assert kept_pos == math.ceil(positives / 2)
         assert kept_pos + kept_neg == size // 2
@@ -131,39 +152,38 @@ def test_paper_keeps_half_the_negatives_and_the_rest_positives(size):
 @pytest.mark.parametrize("positives", range(9))
 def test_release_keep_counts_for_every_split_of_eight(positives):
     rollouts = group(positives, 8 - positives)
-    decision = select_group(rollouts, RELEASE_KEEP_ALL, np.random.default_rng(0))
+    decision = RELEASE_KEEP_ALL.select(rollouts, np.random.default_rng(0))
     assert kept_sides(decision, rollouts) == RELEASE_COUNTS_2G8[positives]
 
 
-def release_counts_as_written(zero, non_zero, down_sample_to_n, minimum=2):
-    """The release's count arithmetic, transcribed from microsoft/rStar
-    rstar2_agent/down_sample/roc.py (resample_of_correct), as the oracle."""
-    total = zero + non_zero
-    zero_num = round(zero * down_sample_to_n / total)
-    non_zero_num = round(non_zero * down_sample_to_n / total)
-    if zero_num <= min(minimum, zero):
-        zero_num = min(minimum, zero)
-        non_zero_num = down_sample_to_n - zero_num
-    if non_zero_num <= min(minimum, non_zero):
-        non_zero_num = min(minimum, non_zero)
-        zero_num = down_sample_to_n - non_zero_num
-    return non_zero_num, zero_num
+# 2G = 32, G = 16, floor 2: (kept positives, kept negatives) for |O_neg| = 0..32, worked out from
+# the release's roc.py:59-70: each side round(|O|/2), half to even (|O_neg| = 7 -> round(3.5) = 4,
+# 9 -> round(4.5) = 4), so for even G the two shares always sum to G; then a side at or below
+# min(2, available) is set to that and the other fills 16 (|O_neg| = 1: 0 -> 1; 2..5: 1 or 2 ->
+# 2; 27..30: the positives' 2 or 1 -> 2; 31: 0 -> 1).
+RELEASE_COUNTS_2G32 = [
+    (16, 0), (15, 1), (14, 2), (14, 2), (14, 2), (14, 2), (13, 3), (12, 4), (12, 4), (12, 4),
+    (11, 5), (10, 6), (10, 6), (10, 6), (9, 7), (8, 8), (8, 8), (8, 8), (7, 9), (6, 10),
+    (6, 10), (6, 10), (5, 11), (4, 12), (4, 12), (4, 12), (3, 13), (2, 14), (2, 14), (2, 14),
+    (2, 14), (1, 15), (0, 16),
+]
 
 
-@pytest.mark.parametrize("size", [8, 12, 16, 32])
-def test_release_counts_match_the_official_code_for_even_g(size):
-    for positives in range(size + 1):
-        ours = release_keep_counts(positives, size - positives, floor=2)
-        assert ours == release_counts_as_written(size - positives, positives, size // 2), positives
+@pytest.mark.parametrize("negatives", range(33))
+def test_release_keep_counts_for_every_split_of_32(negatives):
+    assert release_keep_counts(32 - negatives, negatives, keep=16, floor=2) == RELEASE_COUNTS_2G32[negatives]
 
 
-@pytest.mark.parametrize("size", [10, 14, 18])
-def test_release_variant_keeps_exactly_g_for_odd_g(size):
-    for positives in range(size + 1):
-        kept_pos, kept_neg = release_keep_counts(positives, size - positives, floor=2)
-        assert kept_pos + kept_neg == size // 2
-        assert 0 <= kept_pos <= positives and 0 <= kept_neg <= size - positives
-        assert kept_pos >= min(2, positives) and kept_neg >= min(2, size - positives)
+@pytest.mark.parametrize("keep", [2, 4, 5, 7, 8, 16])
+def test_release_counts_always_fill_the_group_within_what_is_there(keep):
+    floor = min(2, keep // 2)
+    for size in range(keep + 1, 3 * keep + 2):
+        for positives in range(size + 1):
+            negatives = size - positives
+            kept_pos, kept_neg = release_keep_counts(positives, negatives, keep, floor)
+            assert kept_pos + kept_neg == keep
+            assert 0 <= kept_pos <= positives and 0 <= kept_neg <= negatives
+            assert kept_pos >= min(floor, positives) and kept_neg >= min(floor, negatives)
 
 
 # --- which rollouts ----------------------------------------------------------------------------
@@ -178,7 +198,7 @@ def test_paper_negatives_are_uniform_whatever_their_penalties():
     subsets = {}
     draws = 6000
     for _ in range(draws):
-        kept = tuple(i for i in select_group(rollouts, PAPER, rng).kept if i >= 2)
+        kept = tuple(i for i in PAPER.select(rollouts, rng).kept if i >= 2)
         subsets[kept] = subsets.get(kept, 0) + 1
     assert len(subsets) == math.comb(6, 3)  # every 3-subset occurs
     expected = draws / math.comb(6, 3)
@@ -209,12 +229,12 @@ def test_paper_prefers_low_penalty_positives_in_proportion_to_inverse_penalty():
     penalties = [total_penalty(r) for r in positives]
     assert penalties == pytest.approx([0.0, 0.25, 0.5, 1.0])
     rollouts = positives + group(0, 4)
-    config = RocConfig(mode="paper", penalty_epsilon=0.1)
+    paper = algorithm("paper", penalty_epsilon=0.1)
     rng = np.random.default_rng(11)
     draws = 8000
     counts = [0] * 4
     for _ in range(draws):
-        for i in select_group(rollouts, config, rng).kept:
+        for i in paper.select(rollouts, rng).kept:
             if i < 4:
                 counts[i] += 1
     measured = [c / draws for c in counts]
@@ -228,7 +248,7 @@ def test_paper_single_draw_matches_the_weight_ratio():
     # 2 positives (p_total 0 and 0.5), 6 negatives: one positive is kept.
     rollouts = [rollout(1.0, calls=3), rollout(1.0, calls=0)] + group(0, 6)
     rng = np.random.default_rng(3)
-    first = sum(0 in select_group(rollouts, PAPER, rng).kept for _ in range(4000)) / 4000
+    first = sum(0 in PAPER.select(rollouts, rng).kept for _ in range(4000)) / 4000
     assert first == pytest.approx((1 / 0.1) / (1 / 0.1 + 1 / 0.6), abs=0.02)  # 0.857
 
 
@@ -243,7 +263,7 @@ def test_release_keeps_lowest_penalty_positives_and_first_negatives_deterministi
         rollout(0.0, calls=0),  # 6: negative
         rollout(1.0, calls=0, answers=0),  # 7: p = 1.5
     ]
-    decisions = {select_group(rollouts, RELEASE, np.random.default_rng(seed)).kept for seed in range(20)}
+    decisions = {RELEASE.select(rollouts, np.random.default_rng(seed)).kept for seed in range(20)}
     # 5 positives, 3 negatives: round(1.5) = 2 negatives, 2 positives.
     # Positives by penalty: 2 and 5 (tie kept in rollout order). Negatives: the first two, 0 and 3,
     # not the lowest-penalty ones (the release dropped penalty order for negatives, PR #50).
@@ -252,9 +272,9 @@ def test_release_keeps_lowest_penalty_positives_and_first_negatives_deterministi
 
 def test_off_keeps_every_rollout():
     rollouts = group(1, 3)
-    assert select_group(rollouts, RocConfig(mode="off"), np.random.default_rng(0)).kept == (0, 1, 2, 3)
+    assert algorithm("off").select(rollouts, np.random.default_rng(0)).kept == (0, 1, 2, 3)
     odd = group(2, 1)  # with RoC off the group is G, which may be odd
-    assert select_group(odd, RocConfig(mode="off"), np.random.default_rng(0)).kept == (0, 1, 2)
+    assert algorithm("off", keep=3).select(odd, np.random.default_rng(0)).kept == (0, 1, 2)
 
 
 # --- zero variance -------------------------------------------------------------------------------
@@ -264,40 +284,59 @@ def test_off_keeps_every_rollout():
 @pytest.mark.parametrize("reward", [0.0, 1.0])
 def test_uniform_groups_are_dropped_in_every_mode(mode, reward):
     rollouts = [rollout(reward)] * 8
-    decision = select_group(rollouts, RocConfig(mode=mode), np.random.default_rng(0))
-    assert decision == GroupDecision((), tuple(total_penalty(r) for r in rollouts), "uniform_rewards")
+    decision = algorithm(mode).select(rollouts, np.random.default_rng(0))
+    assert decision.kept == () and decision.dropped == "uniform_rewards"
+    assert decision.penalties == tuple(total_penalty(r) for r in rollouts)  # measured all the same
 
 
 def test_paper_group_with_one_negative_becomes_uniform_and_is_dropped():
-    decision = select_group(group(7, 1), PAPER, np.random.default_rng(0))
+    decision = PAPER.select(group(7, 1), np.random.default_rng(0))
     assert decision.kept == () and decision.dropped == "uniform_after_selection"
     # the release's floor keeps that negative instead
-    release = select_group(group(7, 1), RELEASE, np.random.default_rng(0))
+    release = RELEASE.select(group(7, 1), np.random.default_rng(0))
     assert release.dropped is None and 7 in release.kept
 
 
+@pytest.mark.parametrize("positives", [1, 31])
+def test_release_without_a_floor_keeps_a_selection_that_became_uniform(positives):
+    # 32 rollouts, G = 16, min_per_side 0. 1 positive: round(31·16/32 = 15.5) = 16 negatives and
+    # round(0.5) = 0 positives; 0 <= min(0, 1) resets positives to 0 and negatives to 16. 31
+    # positives: mirrored. The release checks equal rewards only before selection (its
+    # reject_equal_reward), so it trains on the 16 equal rewards (advantage 0); so does
+    # release mode. Paper mode drops such a selection.
+    rollouts = group(positives, 32 - positives)
+    release = algorithm("release", keep=16, min_per_side=0).select(rollouts, np.random.default_rng(0))
+    assert release.dropped is None and len(release.kept) == 16
+    assert len({rollouts[i].reward for i in release.kept}) == 1
+    paper = algorithm("paper", keep=16).select(rollouts, np.random.default_rng(0))
+    assert (paper.dropped == "uniform_after_selection") == (positives == 31)
+
+
 def test_uniform_groups_are_kept_when_dropping_is_off():
-    decision = select_group(group(8, 0), PAPER_KEEP_ALL, np.random.default_rng(0))
+    decision = PAPER_KEEP_ALL.select(group(8, 0), np.random.default_rng(0))
     assert len(decision.kept) == 4 and decision.dropped is None
 
 
 def test_decision_counts():
     rng = np.random.default_rng(0)
-    decisions = [select_group(g, PAPER, rng) for g in (group(8, 0), group(0, 8), group(7, 1), group(4, 4))]
+    decisions = [PAPER.select(g, rng) for g in (group(8, 0), group(0, 8), group(7, 1), group(4, 4))]
+    decisions.append(RELEASE.select(group(2, 1), rng))
     assert decision_counts(decisions) == {
-        "roc/groups": 4.0,
+        "roc/groups": 5.0,
         "roc/groups_used": 1.0,
         "roc/dropped_uniform_rewards": 2.0,
         "roc/dropped_uniform_after_selection": 1.0,
-        "roc/dropped_share": 0.75,
+        "roc/dropped_small_group": 1.0,
+        "roc/dropped_share": 0.8,
     }
 
 
 def test_same_seed_same_decisions():
     rollouts = [rollout(float(i % 3 == 0), calls=i % 4, errors=min(i % 4, i % 2)) for i in range(32)]
-    first = [select_group(rollouts, PAPER, np.random.default_rng(5)).kept for _ in range(3)]
+    paper = algorithm("paper", keep=16)
+    first = [paper.select(rollouts, np.random.default_rng(5)).kept for _ in range(3)]
     assert first[0] == first[1] == first[2]
-    others = {select_group(rollouts, PAPER, np.random.default_rng(seed)).kept for seed in range(10)}
+    others = {paper.select(rollouts, np.random.default_rng(seed)).kept for seed in range(10)}
     assert len(others) > 1
 
 
@@ -308,14 +347,19 @@ def test_rollout_metrics_pool_calls_and_separate_positives():
         rollout(0.0, calls=5, errors=5, answers=0),  # p_err 1, p_format 1
         rollout(0.0, calls=1, errors=0),  # p_err 0, p_format 0
     ]
-    assert rollout_metrics(rollouts) == pytest.approx({
+    decisions = [PAPER.select(rollouts[:2], np.random.default_rng(0)), PAPER.select(rollouts[2:], None)]
+    assert rollout_metrics(rollouts, decisions) == pytest.approx({
         "tools/calls_per_rollout": 10 / 4,
         "tools/error_ratio": 6 / 10,
         "tools/error_ratio_in_positives": 1 / 4,  # pooled over calls, not a mean of p_err
         "roc/tool_error_penalty_mean": (0.25 + 0.5 + 1 + 0) / 4,
         "roc/format_penalty_mean": (0 + 0.5 + 1 + 0) / 4,
     })
-    assert rollout_metrics([rollout(0.0, calls=0)])["tools/error_ratio_in_positives"] == 0.0
+    # the penalties are the mode's: the release's turn count makes two answers in two turns 1.0
+    release = [RELEASE.select(rollouts, None)]
+    assert rollout_metrics(rollouts, release)["roc/format_penalty_mean"] == pytest.approx((0 + 1 + 1 + 0) / 4)
+    lone = [rollout(0.0, calls=0)]
+    assert rollout_metrics(lone, [PAPER.select(lone, None)])["tools/error_ratio_in_positives"] == 0.0
 
 
 def test_facts_of_an_agent_trajectory():
@@ -336,6 +380,9 @@ def test_facts_of_an_agent_trajectory():
     )
     facts = trajectory_facts(trajectory, reward=1.0)
     # parse error, execution error and timeout all count; the tool's printed <answer> does not,
-    # nor does the unclosed one
-    assert facts == RolloutSummary(reward=1.0, tool_calls=4, tool_errors=3, answer_blocks=2, turns=5)
+    # nor does the unclosed one. The release's text view counts both, over the whole response:
+    # 4 openers, 3 closers, 3 closed blocks, one response block without "error", and the 4 turns
+    # after the first (the rollout ended with an answer, so its last turn was closed).
+    assert facts == RolloutSummary(reward=1.0, tool_calls=4, tool_errors=3, answer_blocks=2, turns=5,
+                                   text=TextFacts(4, 3, 3, 1, 0, 4))
     assert tool_error_ratio(facts) == 0.75 and format_penalty(facts) == pytest.approx(1 / 5)
