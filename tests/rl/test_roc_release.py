@@ -5,14 +5,15 @@ Every expected value below was worked out by reading microsoft/rStar at ecbfb94
 ``RStar2AgentRayTrainer._down_sample_batch``), whose rules read the decoded response text: the
 turns of a trajectory joined, laid out as the agent renders them with a ChatML template (an
 assistant turn ends with ``<|im_end|>`` unless the budget cut it; a tool turn carries
-``<tool_response>`` blocks up to the next assistant header and ``<reason>``).
+``<tool_response>`` blocks up to the next assistant header and ``<reason>``; ``trajectory``
+builds them, as for the benchmark that runs the official code on many such groups).
 """
 
 import numpy as np
 import pytest
 
-from rstar2.agent.prompt import tool_responses_text
-from rstar2.agent.trajectory import ToolCallRecord, Trajectory, Turn, last_answer
+from benchmarks.roc_release_bench import ANSWER, CALL, trajectory
+from rstar2.agent.toolcall import tool_output
 from rstar2.rl.advantage import GROUP_ALGORITHMS, PaperRoC, PlainGRPO, ReleaseRoC, group_algorithm
 from rstar2.rl.config import RLConfig, RocConfig
 from rstar2.rl.roc import (
@@ -22,41 +23,9 @@ from rstar2.rl.roc import (
     tool_error_ratio,
     trajectory_facts,
 )
+from rstar2.sandbox.protocol import RunResult
 
-END = "<|im_end|>"
-TIMEOUT = "Timeout: the code did not finish within the time limit and was stopped."
-CALL = '<tool_call>{"name": "python", "arguments": {"code": "..."}}</tool_call>'
-
-
-def tool_turn(outputs):
-    return f"\n<|im_start|>user\n{tool_responses_text(outputs)}{END}\n<|im_start|>assistant\n<reason>"
-
-
-def trajectory(*turns, stop="answer", cut=False):
-    """A trajectory from its assistant turns: each an ``(text, calls)`` pair with ``calls`` a list
-    of ``(status, output)``; a turn with calls is followed by their tool turn, except a last
-    turn (its responses did not fit the budget). ``cut``: the budget cut the last turn."""
-    pieces, records, position = [], [], 0
-    for index, (text, calls) in enumerate(turns):
-        last = index == len(turns) - 1
-        pieces.append(("assistant", text + ("" if last and cut else END)))
-        records += [ToolCallRecord(turn=index, code="...", raw="...", status=status, output=output,
-                                   error=status != "ok") for status, output in calls]
-        if calls and not last:
-            pieces.append(("tool", tool_turn([output for _, output in calls])))
-    built = []
-    for role, text in pieces:
-        built.append(Turn(role=role, text=text, start=position, end=position + 1))
-        position += 1
-    assistant = "".join(text for role, text in pieces if role == "assistant")
-    return Trajectory(
-        prompt_ids=[0], prompt_text="q", response_ids=list(range(position)), loss_mask=[1] * position,
-        logprobs=[0.0] * position, turns=built, tool_calls=records, num_assistant_turns=len(turns),
-        final_answer=last_answer(assistant), stop_reason=stop, temperature=1.0,
-    )
-
-
-ANSWER = "so</reason>\n<answer>\\boxed{4}</answer>"
+TIMEOUT = tool_output(RunResult(status="timeout", stdout="12\n"))  # the agent's words for a timeout
 CLEAN = trajectory((CALL, [("ok", "4")]), (ANSWER, []))
 STRAY_OPENER = trajectory((CALL, [("ok", "4")]), (ANSWER + " <answer>", []))
 STRAY_CLOSER = trajectory((CALL, [("ok", "4")]), (ANSWER + " </answer>", []))
