@@ -3,8 +3,8 @@
 Modules, each one idea:
 
 * ``config``       -- the run's configuration tree, YAML recipes and dotted overrides (no torch);
-* ``roc``          -- Resample-on-Correct: which of a prompt's 2G rollouts the update keeps (no torch);
-* ``advantage``    -- group-normalised advantages over the kept rollouts;
+* ``roc``          -- Resample-on-Correct's rules: penalties, keep counts, choices (no torch);
+* ``advantage``    -- the group step, one class per ``rl.roc.mode``: kept rollouts and advantages;
 * ``loss``         -- the clipped policy loss, token-level normalisation, loss mask, optional KL/entropy;
 * ``optim``        -- AdamW with linear warm-up then constant learning rate;
 * ``prompt_order`` -- the resumable order in which training prompts are drawn;

@@ -71,12 +71,12 @@ def test_overrides_apply_in_order_and_parse_values(demo_recipe):
         demo_recipe,
         ["rl.optimizer.lr=2e-6", "rl.roc.mode=off", "rollout.sandbox_urls=[http://a:1, http://b:2]",
          "model.lora.rank=8", "logging.wandb_project=null", "rl.optimizer.lr=3e-6",
-         "rl.roc.drop_zero_variance=false"],
+         "rl.roc.drop_zero_variance=false", "rl.roc.error_signal=text"],
     )
     assert config.rl.optimizer.lr == 3e-6
     # YAML 1.1 would read `off` as False; recipes use YAML 1.2 booleans (true/false only)
     assert config.rl.roc.mode == "off" and config.rl.rollouts_per_prompt == config.rl.group_size
-    assert config.rl.roc.drop_zero_variance is False
+    assert config.rl.roc.drop_zero_variance is False and config.rl.roc.error_signal == "text"
     assert config.rollout.sandbox_urls == ("http://a:1", "http://b:2")
     assert config.model.lora is not None and config.model.lora.rank == 8
     assert config.model.lora.alpha == 32.0  # the rest of a section created by --set keeps defaults
@@ -86,6 +86,7 @@ def test_overrides_apply_in_order_and_parse_values(demo_recipe):
     ("override", "message"),
     [
         ("rl.roc.mode=sort", "rl.roc.mode: must be one of 'paper', 'release', 'off' (got 'sort')"),
+        ("rl.roc.error_signal=regex", "rl.roc.error_signal: must be one of 'outcome', 'text' (got 'regex')"),
         ("rl.lr=1e-6", "rl.lr: unknown field (did you mean rl.optimizer.lr?)"),
         ("rl.optimizer.warmup=3",
          "rl.optimizer.warmup: unknown field (did you mean rl.optimizer.warmup_steps?)"),
