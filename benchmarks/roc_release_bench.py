@@ -19,8 +19,9 @@ goes through
 
 Printed: per group size, how many groups got the same verdict (the same kept rollouts, or both
 dropped) with ``error_signal: text`` and ``outcome``, of the groups the release gives a verdict
-on, and the groups where its assertion stops the run instead; then, over the 2G groups, the kept positives' share with a failed call (by
-outcome) and with an unbalanced answer tag under each selector.
+on, and the groups where its assertion stops the run instead; then, over the 2G groups, the
+kept positives' share with a failed call (by outcome) and with an unbalanced answer tag under
+each selector.
 """
 
 from __future__ import annotations

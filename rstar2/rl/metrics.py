@@ -4,8 +4,8 @@
 
 Names are ``section/quantity``. Over every sampled rollout: ``reward/accuracy`` (share
 correct), ``tools/*`` and ``roc/*_penalty_mean`` (``roc.rollout_metrics``, the penalties by the
-mode's rules; the paper's Fig. 4 quantity is ``tools/error_ratio_in_positives``), ``tools/call_rate`` (share of rollouts with a
-call), ``response/length_mean|max`` (response tokens, tool responses included) and
+mode's rules; the paper's Fig. 4 quantity is ``tools/error_ratio_in_positives``),
+``tools/call_rate`` (share of rollouts with a call), ``response/length_mean|max`` (response tokens, tool responses included) and
 ``response/truncated_ratio``. Over the kept rollouts, the ones the update saw: ``reward/mean`` (absent when RoC kept none).
 Then RoC's group counts (``roc.decision_counts``), the loss stats of the update (entropy, clip
 fractions, ...), ``train/grad_norm``, ``train/lr`` and ``time/*`` seconds by phase. The trainer

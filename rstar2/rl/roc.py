@@ -8,9 +8,9 @@ are built from them:
 Rewards are binary (1 = correct). With O_pos / O_neg the positive / negative rollouts of a
 group of n, and N = ``rl.group_size`` the rollouts a group keeps (the trainer samples n = 2N):
 
-* ``paper`` -- keep ⌊|O_neg|·N/n⌋ negatives (⌊|O_neg|/2⌋ for n = 2N) drawn uniformly, and the
-  other N from O_pos, drawn without replacement with weight 1/(p_total + ε) (draw one, remove
-  it, renormalise). p_total = p_err + p_format with
+* ``paper`` -- keep ⌊|O_neg|·N/n⌋ negatives (⌊|O_neg|/2⌋ for n = 2N) drawn uniformly, and fill
+  the N from O_pos, drawn without replacement with weight 1/(p_total + ε) (draw one, remove it,
+  renormalise). p_total = p_err + p_format with
   - p_err (Eq. 4) = failed tool calls / tool calls, or 0.5 without calls;
   - p_format (Eq. 5) = 1 without a closed ``<answer>`` block in the assistant's text, else
     min(1, (answer blocks - 1) / assistant turns).
@@ -18,9 +18,9 @@ group of n, and N = ``rl.group_size`` the rollouts a group keeps (the trainer sa
 
 * ``release`` -- the official code (microsoft/rStar ``rstar2_agent/down_sample/roc.py``):
   a group smaller than N is dropped, one of exactly N is kept whole; otherwise
-  round(|O|·N/n) per side (half to even), a side at or below ``min_per_side`` is set to
-  min(floor, available) and the other side fills N; positives are the lowest-penalty ones (stable
-  sort), negatives the first ones in rollout order. p_format is the release's text rule
+  round(|O|·N/n) per side (half to even), a side whose share is at or below min(``min_per_side``,
+  available) is set to that and the other side fills N; positives are the lowest-penalty ones
+  (stable sort), negatives the first ones in rollout order. p_format is the release's text rule
   (``release_format_penalty``): 1 when an answer tag is missing or unbalanced, else min(1,
   (closed answers - 1) / turns) with the turns its regex counts (never the first, nor an
   unclosed last one; 1 when that count is 0).
