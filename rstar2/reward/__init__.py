@@ -3,8 +3,8 @@
 Imports neither torch nor sympy: the symbolic checker is imported only by the worker
 processes that run it.
 
-    extract_answer(response)        the last \\boxed{} inside <answer>...</answer>, or None
-    is_equivalent(pred, gold)       same answer? (decided within a 2 s deadline)
+    extract_answer(response)        the last \\boxed{} (or list of boxes) inside <answer>...</answer>, or None
+    is_equivalent(pred, gold)       same answer? (decided within 2 s of CPU time)
     score(response, gold)           the binary reward, 0.0 or 1.0
     grade_many(pairs)               Grades for (response, gold) pairs, in parallel on all cores
     Grader                          the same with a pool kept across batches

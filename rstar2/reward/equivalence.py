@@ -7,7 +7,8 @@ worker (`rstar2.reward.grading`); the public `is_equivalent` does that.
 
 Order of checks, cheapest first:
 1. parser-free verdicts (`normalize.verdict_without_parser`): a missing answer, identical
-   answers, two integers compared digit by digit;
+   answers, two integers compared digit by digit, base numerals compared as written (a text
+   beside a numeral has its answer extracted by math-verify first);
 2. math-verify `verify(parse(gold), parse(pred))`, where a bare answer (no `$`, `\\boxed`, ...)
    is normalised and parsed as LaTeX math, and a text with delimiters is left to
    math-verify's own extraction (so full model outputs can be compared too);
@@ -28,9 +29,12 @@ from math_verify.grader import (
 from sympy import Rational
 
 from rstar2.reward.normalize import (
+    MATH_DELIMITER,
+    base_numeral,
     normalize_answer,
     read_decimal_commas,
     repair_latex,
+    unwrap_math,
     verdict_without_parser,
     without_percent,
 )
@@ -41,11 +45,12 @@ logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 _LATEX = (LatexExtractionConfig(),)
 _LATEX_AND_PLAIN = (LatexExtractionConfig(), ExprExtractionConfig())
-_MATH_DELIMITER = re.compile(r"\\boxed|\\fbox|(?<!\\)\$|\\\(|\\\[")
 _DECIMAL_PLACES = re.compile(r"\d\.(\d+)")
 _DEFAULT_FLOAT_ROUNDING = 6
 _FEWEST_DECIMAL_PLACES = 2
 _LONGEST_CACHED_ANSWER = 1_000
+_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}(?![A-Za-z])")  # letters, not a \command
+_FEWEST_WORDS_OF_PROSE = 3
 
 
 def equivalent(pred: str | None, gold: str | None) -> bool:
@@ -53,8 +58,21 @@ def equivalent(pred: str | None, gold: str | None) -> bool:
     verdict = verdict_without_parser(pred, gold)
     if verdict is not None:
         return verdict
+    if base_numeral(pred) or base_numeral(gold):
+        return _numeral_in_text(pred) == _numeral_in_text(gold)
     pred, gold = read_decimal_commas(pred, gold)
     return symbolically_equivalent(pred, gold) or _equivalent_as_written_numbers(pred, gold)
+
+
+def _numeral_in_text(answer: str) -> tuple[str, str] | None:
+    """The base numeral an answer is, or the one math-verify extracts from a text answer
+    (`... a quotient of $\\boxed{204_5}$`): compared as written, since math-verify's value of
+    `204_5` is 204."""
+    numeral = base_numeral(answer)
+    if numeral is not None:
+        return numeral
+    parsed = parse_answer(answer)
+    return base_numeral(parsed[-1]) if parsed and isinstance(parsed[-1], str) else None
 
 
 def _equivalent_as_written_numbers(pred: str, gold: str) -> bool:
@@ -123,9 +141,11 @@ def float_rounding(pred: str, gold: str) -> int:
 def parse_answer(answer: str) -> tuple:
     """math-verify parses of `answer`: a bare answer as LaTeX math, a text by extraction.
 
+    An answer wrapped whole in delimiters (`$\\frac{1}{2}$`, `\\boxed{...}`) is a bare answer.
     A bare answer is wrapped in `$...$` because math-verify only looks for LaTeX between
     delimiters: unwrapped, `\\frac{1}{2}` is not found and `10, 4, 2` reads as its last
-    number. A bare answer that is not LaTeX at all (a sentence) falls back to extraction.
+    number. A bare answer that is not LaTeX at all (a sentence) falls back to extraction; one
+    that is LaTeX math but does not parse has no reading, rather than the reading of a part.
     Parses of short answers are cached: a group of rollouts shares one gold answer, and
     often the same final answer; long ones are not, so the cache stays small.
     """
@@ -135,12 +155,15 @@ def parse_answer(answer: str) -> tuple:
 
 
 def _parse(answer: str) -> tuple:
-    if _MATH_DELIMITER.search(answer):
+    unwrapped = unwrap_math(answer)
+    if MATH_DELIMITER.search(unwrapped):
         return tuple(parse(repair_latex(answer), _LATEX_AND_PLAIN, parsing_timeout=None))
-    bare = normalize_answer(answer)
+    bare = normalize_answer(unwrapped)
     parsed = parse(f"${bare}$", _LATEX, parsing_timeout=None)
     if any(not isinstance(item, str) for item in parsed):
         return tuple(parsed)
+    if len(_WORD.findall(bare)) < _FEWEST_WORDS_OF_PROSE:
+        return ()  # math it cannot read: a part of it (the first fraction of a list) is no answer
     return tuple(parse(bare, _LATEX_AND_PLAIN, parsing_timeout=None))
 
 

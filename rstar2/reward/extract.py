@@ -2,8 +2,11 @@
 
 Contract: `extract_answer` returns the argument of the last `\\boxed{...}` (or `\\fbox{...}`,
 or the brace-less `\\boxed x`) inside the `<answer>...</answer>` block, stripped, or None when
-there is none. It never raises and runs in time linear in the response, so it is safe to call
-on the trainer's path without a deadline.
+there is none. Boxes that end the block as a list, kept apart by nothing but commas,
+semicolons, "and", spaces or math delimiters (`$\\boxed{1}$, $\\boxed{2}$ and $\\boxed{3}$`), are
+one multi-part answer, read as `1, 2, 3`; any other text between two boxes (`\\boxed{2}, no:
+\\boxed{3}`) makes the last box the answer. It never raises and runs in time linear in the
+response, so it is safe to call on the trainer's path without a deadline.
 
 The rStar2-Agent reward reads the answer only from the `<answer>` block (paper §2.1): a box in
 the reasoning does not count, and a response cut off before `</answer>` has no answer. When
@@ -18,6 +21,14 @@ _ANSWER_OPEN = "<answer>"
 _ANSWER_CLOSE = "</answer>"
 _BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 _BRACE_OR_ESCAPE = re.compile(r"[{}\\]")
+# What may stand between the boxes of one multi-part answer: at least one comma, semicolon or
+# "and", with spaces, math delimiters and spacing commands around it. Each piece is a
+# different character class, so the match takes linear time.
+_SPACING = r"(?:\s|\$|\\[()\[\],;:! ]|\\q?quad(?![A-Za-z]))*"
+_LIST_SEPARATOR = re.compile(
+    rf"{_SPACING}(?:,|;|\band\b|\\text\{{\s*(?:and|,)\s*\}}){_SPACING}(?:(?:\band\b|\\text\{{\s*and\s*\}}){_SPACING})?"
+)
+_MOST_BOXES_IN_A_LIST = 16
 
 
 def extract_answer(response: str, *, require_answer_tag: bool = True) -> str | None:
@@ -44,37 +55,47 @@ def answer_block(response: str) -> str | None:
 
 
 def last_boxed(text: str) -> str | None:
-    """The argument of the last box command in `text`, or None.
+    """The argument of the last box command in `text` (with the boxes listed before it), or None.
 
-    Only the last box counts: if it is unclosed (a truncated response) the answer is missing,
-    rather than an earlier box being promoted to final answer.
+    If the last box is unclosed (a truncated response) the answer is missing, rather than an
+    earlier box being promoted to final answer.
     """
     boxes = list(_BOX_COMMAND.finditer(text))
     if not boxes:
         return None
-    argument = _box_argument(text, boxes[-1].end())
-    if argument is None:
+    last = _box_argument(text, boxes[-1].end())
+    if last is None:
         return None
-    argument = argument.strip()
-    return argument or None
+    arguments = [last[0]]
+    start = boxes[-1].start()
+    for box in reversed(boxes[-_MOST_BOXES_IN_A_LIST:-1]):
+        argument = _box_argument(text, box.end())
+        if argument is None or not _LIST_SEPARATOR.fullmatch(text, argument[1], start):
+            break
+        arguments.append(argument[0])
+        start = box.start()
+    answer = ", ".join(part.strip() for part in reversed(arguments) if part.strip())
+    return answer or None
 
 
-def _box_argument(text: str, position: int) -> str | None:
-    """The argument that starts at `position`: a balanced `{...}` group or one bare token."""
+def _box_argument(text: str, position: int) -> tuple[str, int] | None:
+    """The argument that starts at `position` (a balanced `{...}` group or one bare token) and
+    where it ends, or None when it never closes."""
     while position < len(text) and text[position] in " \t":
         position += 1
     if position >= len(text):
         return None
     if text[position] == "{":
-        return _balanced_group(text, position)
+        close = closing_brace(text, position)
+        return None if close is None else (text[position + 1 : close], close + 1)
     end = position
     while end < len(text) and not text[end].isspace() and text[end] not in "$}":
         end += 1
-    return text[position:end]
+    return text[position:end], end
 
 
-def _balanced_group(text: str, open_brace: int) -> str | None:
-    """The contents of the brace group opening at `open_brace`; escaped braces do not count."""
+def closing_brace(text: str, open_brace: int) -> int | None:
+    """Where the brace group opening at `open_brace` closes; escaped braces do not count."""
     depth = 0
     escaped_until = -1
     for mark in _BRACE_OR_ESCAPE.finditer(text, open_brace):
@@ -89,5 +110,5 @@ def _balanced_group(text: str, open_brace: int) -> str | None:
         else:
             depth -= 1
             if depth == 0:
-                return text[open_brace + 1 : position]
+                return position
     return None

@@ -2,8 +2,9 @@
 
 Contract:
 - `Grader(workers, deadline_s)` grades (response, gold) pairs into `Grade`s. It never raises
-  on any answer. A symbolic check that overruns `deadline_s` has its worker process killed
-  and scores 0 with `timed_out=True`; a check that crashes scores 0 with `error` set.
+  on any answer. A symbolic check that uses more than `deadline_s` of CPU time, or waits more
+  than `WALL_CLOCK_ALLOWANCE` times that on the clock, has its worker process killed and scores
+  0 with `timed_out=True`; a check that crashes scores 0 with `error` set.
 - Extraction and the parser-free verdicts (two integers compared digit by digit, identical
   answers) run in the calling process: they take linear time and settle most real answers
   without a round trip to a worker. Only the rest go to the worker pool, which starts on
@@ -28,7 +29,17 @@ from rstar2.reward.normalize import verdict_without_parser
 from rstar2.reward.pool import DeadlinePool, Outcome, available_cores
 
 DEFAULT_DEADLINE_S = 2.0
-_EQUIVALENCE = "rstar2.reward.equivalence:equivalent"
+"""CPU seconds one symbolic check may use before it is killed and scores 0. CPU time, not time
+on the clock: a machine busy with rollouts slows a check down without shrinking what it may
+do, so a correct answer's verdict does not depend on the load. The margin is measured, not
+assumed: `benchmarks/reward_bench.py` prints the slowest checks of the test data against it
+(docs/benchmarks.md, "Answer verification")."""
+WALL_CLOCK_ALLOWANCE = 3.0
+"""A check is also killed after this many times `deadline_s` on the clock, however little CPU
+it got: the bound on how long a caller can wait, which leaves a check its full CPU time while
+the cores are shared three ways."""
+EQUIVALENCE_CHECK = "rstar2.reward.equivalence:equivalent"
+"""The function the worker processes run on each (pred, gold) pair."""
 WARMUP_PAIRS = (
     ("\\frac{1}{2}", "0.5"),
     ("\\sqrt{8}", "2\\sqrt{2}"),
@@ -44,9 +55,12 @@ WARMUP_PAIRS = (
     ("10\\%", "0.1"),
     ("\\text{(C)}", "C"),
     ("3 + 2i", "2i + 3"),
+    ("F_n = \\sum_{k=0}^{n-2} F_k F_{n-k-2}", "F_n = \\sum_{k=0}^{n-1} F_k F_{n-k-1}"),
 )
 """One (pred, gold) pair per kind of comparison, checked once in the process the workers are
-forked from, so that sympy's lazy imports and first-call costs are paid once, not per worker."""
+forked from, so that sympy's lazy imports and first-call costs are paid once, not per worker.
+The sums cost a fresh worker about half a second on their first use (summation's imports and
+Bernoulli numbers), a few times what they cost warm."""
 
 
 @dataclass(frozen=True)
@@ -58,7 +72,7 @@ class Grade:
     correct: bool
     """The answer is equivalent to the gold one."""
     timed_out: bool = False
-    """The equivalence check overran the deadline and was killed (so `correct` is False)."""
+    """The equivalence check overran its deadline and was killed (so `correct` is False)."""
     error: str | None = None
     """Why the equivalence check crashed, if it did (then `correct` is False)."""
 
@@ -72,7 +86,8 @@ OnGrade = Callable[[int, Grade], None]
 
 
 class Grader:
-    """Grades with up to `workers` deadline-bounded processes (default: one per core).
+    """Grades with up to `workers` deadline-bounded processes (default: one per core), each
+    symbolic check limited to `deadline_s` CPU seconds (see `DEFAULT_DEADLINE_S`).
 
     Thread-safe: concurrent `grade_many`, `submit` and `grade` calls share the workers."""
 
@@ -167,9 +182,10 @@ class Grader:
         with self._pool_lock:
             if self._pool is None:
                 self._pool = DeadlinePool(
-                    _EQUIVALENCE,
+                    EQUIVALENCE_CHECK,
                     workers=self.workers or available_cores(),
-                    deadline_s=self.deadline_s,
+                    deadline_s=self.deadline_s * WALL_CLOCK_ALLOWANCE,
+                    cpu_limit_s=self.deadline_s,
                     warmup=WARMUP_PAIRS,
                 )
             return self._pool

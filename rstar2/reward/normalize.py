@@ -7,8 +7,12 @@ and runs in a worker process that is killed when it overruns.
 
 What is here:
 - `repair_latex`: slips that mislead math-verify in any text (doubled backslashes, upright e);
+- `unwrap_math`: an answer written whole inside `$...$`, `\\(...\\)`, `\\[...\\]` or `\\boxed{}`,
+  without that wrapper, so that `$204_5$` is read as `204_5`;
 - `normalize_answer`: rewrites of a bare answer that math-verify's own LaTeX normaliser lacks
-  (space or `{,}` thousands separators, `\\$`, degree signs, trailing `.` or `\\`);
+  (space or `{,}` thousands separators, `\\$`, degree signs, trailing `.` or `\\`, and `\\pm`,
+  which its grammar reads only outside a fraction: `\\frac{1 \\pm \\sqrt{5}}{2}` becomes the list
+  of its two values);
 - `canonical_integer`: the exact digits of an answer that is an integer in decoration (sign,
   thousands separators, `.0`, `\\%`, a unit in `\\text{}`, a degree sign), compared as strings
   so that integers of any length are exact (Python refuses `int()` above 4,300 digits);
@@ -20,6 +24,8 @@ What is here:
 
 import re
 
+from rstar2.reward.extract import closing_brace
+
 _COMMANDS_WRITTEN_WITH_TWO_BACKSLASHES = re.compile(
     r"(?<!\\)\\(?=\\(?:[dtc]?frac|sqrt|le|leq|ge|geq|lt|gt|neq|left|right|pi|cdot|times|"
     r"infty|pm|mp|in|cup|cap|text|mathrm|mathbf|boxed|circ|approx)(?![A-Za-z]))"
@@ -28,7 +34,23 @@ _COMMANDS_WRITTEN_WITH_TWO_BACKSLASHES = re.compile(
 # `1 - \frac{1}{\mathrm{e}}` into `1`; the constants e and i need no upright wrapper anyway.
 _UPRIGHT_CONSTANT = re.compile(r"\\(?:mathrm|text|operatorname|rm)\{\s*([ei])\s*\}")
 _UNICODE_MINUS = str.maketrans({"−": "-", "–": "-"})
-_DEGREE_SIGN = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree(?![A-Za-z])")
+# No two `\s*` meet without a character between them: `\s*\{?\s*` backtracks quadratically
+# on a long run of spaces, and these run in the grading parent without a deadline.
+_DEGREES = r"(?:\^\s*(?:\{\s*)?\\circ(?:\s*\})?|°|\\degree(?![A-Za-z]))"
+_DEGREE_SIGN = re.compile(_DEGREES)
+# An angle in degrees as a trigonometric function's argument (`\sin 15^\circ`) would be read
+# in radians once the degree sign is gone; it becomes `\frac{15\pi}{180}` instead.
+_TRIG_ARGUMENT_IN_DEGREES = re.compile(
+    r"(?P<function>\\(?:sin|cos|tan|cot|sec|csc)(?![A-Za-z])(?:[\s({]|\\left|\^\{?\d\}?){0,8})"
+    r"(?P<angle>\d+(?:\.\d+)?)\s*" + _DEGREES
+)
+_PLUS_MINUS = re.compile(r"\\(?P<sign>pm|mp)(?![A-Za-z])")
+_SET_BRACES = ("\\{", "\\}")
+MATH_DELIMITER = re.compile(r"\\boxed|\\fbox|(?<!\\)\$|\\\(|\\\[")
+"""Marks math inside text: an answer holding one is a text whose answer must be extracted."""
+_MATH_WRAPPERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+_BOX_OPENING = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_MOST_WRAPPERS = 3  # `$\boxed{x}$` has two; a bound keeps unwrapping linear on `\boxed{\boxed{...`
 # `,\!` and `{,}` are LaTeX's thousands commas; a plain comma followed by a space is a list.
 _THOUSANDS_SEPARATOR = r"(?:\{,\}|,\\!\s*|,|\\[,;! ]|\s)"
 _SEPARATED_THOUSANDS = re.compile(rf"[-+]?[1-9]\d{{0,2}}(?:{_THOUSANDS_SEPARATOR}\d{{3}})+(?:\.\d+)?")
@@ -58,11 +80,83 @@ def repair_latex(text: str) -> str:
 
 def normalize_answer(answer: str) -> str:
     """A bare answer rewritten into the LaTeX math-verify parses best; meaning unchanged."""
-    text = repair_latex(answer.strip()).replace("\\$", "")
+    text = repair_latex(unwrap_math(answer)).replace("\\$", "")
+    text = _TRIG_ARGUMENT_IN_DEGREES.sub(r"\g<function>\\frac{\g<angle>\\pi}{180}", text)
     text = _strip_trailing_punctuation(_DEGREE_SIGN.sub("", text))
     if _SEPARATED_THOUSANDS.fullmatch(text):
         text = _THOUSANDS_SEPARATOR_ONLY.sub("", text)
+    return expand_plus_minus(text)
+
+
+def unwrap_math(answer: str) -> str:
+    """`answer` stripped, without math delimiters or a box around all of it: `$204_5$`,
+    `\\(x\\)`, `\\boxed{x}` and `$\\boxed{x}$` are all `x`. Delimiters around part of it stay."""
+    text = answer.strip()
+    for _ in range(_MOST_WRAPPERS):
+        inner = _unwrapped_once(text)
+        if inner is None:
+            break
+        text = inner.strip()
     return text
+
+
+def _unwrapped_once(text: str) -> str | None:
+    for opening, closing in _MATH_WRAPPERS:
+        if text.startswith(opening) and text.endswith(closing) and len(text) > len(opening) + len(closing):
+            inner = text[len(opening) : -len(closing)]
+            return None if opening in inner or closing in inner else inner
+    box = _BOX_OPENING.match(text)
+    if box is not None and closing_brace(text, box.end() - 1) == len(text) - 1:
+        return text[box.end() : -1]
+    return None
+
+
+def expand_plus_minus(text: str) -> str:
+    """A list item holding `\\pm` (or `\\mp`) replaced by its two values, the list kept.
+
+    math-verify's grammar reads `a \\pm b` as a set only at the top of an expression and fails
+    on `\\frac{-1 \\pm \\sqrt{13}}{4}`, after which extraction used to settle for the list's first
+    fraction. `x = \\frac{1 \\pm \\sqrt{5}}{2}` becomes `x = \\frac{1 + \\sqrt{5}}{2}, x = \\frac{1 -
+    \\sqrt{5}}{2}`; a set `\\{...\\}` around the whole list stays around it.
+    """
+    if _PLUS_MINUS.search(text) is None:
+        return text
+    opening, closing = _SET_BRACES
+    if text.startswith(opening) and text.endswith(closing):
+        return opening + _expanded_list(text[len(opening) : -len(closing)]) + closing
+    return _expanded_list(text)
+
+
+def _expanded_list(text: str) -> str:
+    items = []
+    for item in split_top_level(text):
+        if _PLUS_MINUS.search(item) is None:
+            items.append(item)
+        else:
+            items += [_PLUS_MINUS.sub(lambda match, s=sign: _signed(match, s), item).strip() for sign in "+-"]
+    return ", ".join(items)
+
+
+def _signed(match: re.Match, sign: str) -> str:
+    """`\\pm` as `sign`, `\\mp` as the other sign."""
+    if match["sign"] == "pm":
+        return sign
+    return "-" if sign == "+" else "+"
+
+
+def split_top_level(text: str) -> list[str]:
+    """`text` cut at the commas outside every bracket (`{}`, `()`, `[]`), items stripped."""
+    items, depth, start = [], 0, 0
+    for position, char in enumerate(text):
+        if char in "{([":
+            depth += 1
+        elif char in "})]":
+            depth -= 1
+        elif char == "," and depth <= 0:
+            items.append(text[start:position].strip())
+            start = position + 1
+    items.append(text[start:].strip())
+    return items
 
 
 def _strip_trailing_punctuation(text: str) -> str:
@@ -148,8 +242,11 @@ def verdict_without_parser(pred: str | None, gold: str | None) -> bool | None:
         return False
     pred_text, gold_text = normalize_answer(pred), normalize_answer(gold)
     pred_numeral, gold_numeral = _numeral_digits(pred_text), _numeral_digits(gold_text)
-    if pred_numeral is not None or gold_numeral is not None:
+    if pred_numeral is not None and gold_numeral is not None:
         return pred_numeral == gold_numeral
+    if pred_numeral is not None or gold_numeral is not None:
+        other = pred_text if pred_numeral is None else gold_text
+        return None if MATH_DELIMITER.search(other) else False  # a text's answer is extracted first
     pred_integer, gold_integer = _integer_digits(pred_text), _integer_digits(gold_text)
     if pred_integer is not None and gold_integer is not None:
         return pred_integer == gold_integer

@@ -1,12 +1,18 @@
-"""Worker processes that run one function under a wall-clock deadline, killed when they overrun.
+"""Worker processes that run one function under a deadline, killed when they overrun.
 
-Contract of `DeadlinePool(function_path, workers, deadline_s)`:
+Contract of `DeadlinePool(function_path, workers, deadline_s, cpu_limit_s=None)`:
 - `submit(arguments)` queues one call and returns a future of its `Outcome`; `map(argument_tuples)`
   returns one `Outcome` per input, in input order. Calls from any number of threads share
   the workers, first come first served. A call that has not
   returned `deadline_s` after it reached its worker is abandoned: the worker gets SIGKILL, a
   fresh one replaces it, and the outcome says `timed_out`. So no input holds the caller for
   much longer than the deadline, whatever sympy does with it.
+- With `cpu_limit_s`, a call is also killed (`timed_out`) once its worker has used that much
+  CPU time: a limit on the work a call may do, which a loaded machine does not shrink the way
+  it shrinks a wall-clock one (a check that needs 1.8 s of CPU gets it even while other
+  processes take half the cores); `deadline_s` stays the wall-clock bound on the wait. The
+  CPU time is read from /proc only once a call has run `cpu_limit_s` of wall-clock time, so
+  quick calls cost nothing extra.
 - An exception raised by the function, or a worker that dies (segfault, out of memory),
   becomes an outcome with `error` set; `map` itself never raises for a bad input.
 - Workers are forked by a zygote (`rstar2.reward.worker`): a fresh interpreter that imported
@@ -39,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 _SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
+_CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")  # the unit of utime and stime in /proc/PID/stat
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,8 @@ class Outcome:
     """The exception the call raised, or how its worker died; None on success."""
     seconds: float = 0.0
     """Wall-clock time from handing the call to a worker until its outcome was known."""
+    cpu_seconds: float | None = None
+    """CPU time the call used in its worker; None when it did not return (killed, died)."""
 
 
 def available_cores() -> int:
@@ -78,11 +87,25 @@ class _Worker:
     started: float = 0.0
     abandoned: bool = False
     """Its caller gave up on the running call: kill it rather than wait for it."""
+    cpu_at_start: float = 0.0
+    """The worker's CPU seconds when its running call began (a forked process starts at 0)."""
+    check_cpu_at: float = 0.0
+    """The earliest monotonic time at which the running call can have used its CPU limit."""
 
-    def start_call(self, task: _Task) -> None:
+    def start_call(self, task: _Task, cpu_limit_s: float | None) -> None:
         self.task = task
         self.started = time.monotonic()
+        self.check_cpu_at = self.started + (cpu_limit_s or 0.0)
         self.connection.send(task.arguments)
+
+    def cpu_used(self) -> float | None:
+        """CPU seconds the running call has used so far; None where /proc cannot tell."""
+        try:
+            stat = Path(f"/proc/{self.pid}/stat").read_bytes()
+        except OSError:
+            return None
+        fields = stat.rpartition(b")")[2].split()  # after the command name, which may hold spaces
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS_PER_S - self.cpu_at_start
 
 
 class _Zygote:
@@ -161,12 +184,16 @@ class DeadlinePool:
         *,
         workers: int | None = None,
         deadline_s: float = 2.0,
+        cpu_limit_s: float | None = None,
         warmup: Sequence[tuple] = (),
         memory_limit_mb: int = 2048,
     ):
         if deadline_s <= 0:
             raise ValueError(f"deadline_s must be positive, got {deadline_s}")
+        if cpu_limit_s is not None and not 0 < cpu_limit_s <= deadline_s:
+            raise ValueError(f"cpu_limit_s must be positive and at most deadline_s, got {cpu_limit_s}")
         self.deadline_s = deadline_s
+        self.cpu_limit_s = cpu_limit_s
         self._owner_pid = os.getpid()
         self._lock = threading.Lock()
         self._queue: deque[_Task] = deque()
@@ -310,31 +337,46 @@ class DeadlinePool:
             while worker.task is None and self._queue:
                 task = self._queue.popleft()
                 if task.future.set_running_or_notify_cancel():  # False: cancelled while queued
-                    worker.start_call(task)
+                    worker.start_call(task, self.cpu_limit_s)
 
     def _time_to_deadline(self, busy: list[_Worker]) -> float | None:
+        """Seconds until some busy worker reaches its deadline or may have used its CPU limit."""
         if not busy:
             return None
-        earliest = min(worker.started for worker in busy)
-        return max(0.0, earliest + self.deadline_s - time.monotonic())
+        earliest = min(min(worker.started + self.deadline_s, worker.check_cpu_at) if self.cpu_limit_s
+                       else worker.started + self.deadline_s for worker in busy)
+        return max(0.0, earliest - time.monotonic())
 
     def _collect(self, ready: list[_Worker]) -> None:
         for worker in ready:
             try:
-                value, error = worker.connection.recv()
+                value, error, cpu = worker.connection.recv()
             except EOFError:
                 exit_code = self._replace(worker, kill=False)
                 self._finish(worker, Outcome(error=f"worker died with exit code {exit_code}"))
                 continue
-            self._finish(worker, Outcome(value=value, error=error))
+            used, worker.cpu_at_start = cpu - worker.cpu_at_start, cpu
+            self._finish(worker, Outcome(value=value, error=error, cpu_seconds=used))
 
     def _kill_overrunning_or_abandoned(self) -> None:
         now = time.monotonic()
         for worker in self._busy():
-            if worker.abandoned or now - worker.started >= self.deadline_s:
+            if worker.abandoned or now - worker.started >= self.deadline_s or self._over_cpu_limit(worker, now):
                 self._replace(worker, kill=True)  # before the outcome: its caller may look
                 self._finish(worker, Outcome(timed_out=True) if not worker.abandoned
                              else Outcome(error="abandoned by its caller"))
+
+    def _over_cpu_limit(self, worker: _Worker, now: float) -> bool:
+        """Whether the worker's call has used its CPU limit; if not yet, when to look again
+        (the soonest it could: a call uses at most one core). Without /proc, wall-clock time
+        stands in for CPU time."""
+        if self.cpu_limit_s is None or now < worker.check_cpu_at:
+            return False
+        used = worker.cpu_used()
+        if used is None or used >= self.cpu_limit_s:
+            return True
+        worker.check_cpu_at = now + self.cpu_limit_s - used
+        return False
 
     def _finish(self, worker: _Worker, outcome: Outcome) -> None:
         with self._lock:  # against `_abandon` marking the worker's next call

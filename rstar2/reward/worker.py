@@ -9,7 +9,9 @@ serves requests, one at a time:
 
 - `"spawn"`: fork a worker; reply with its pid, then pass the pool its end of a new socket.
   The worker caps its address space at `MEMORY_MB` (0: no cap) and answers each argument
-  tuple it receives with `(value, None)` or `(None, error text)` until its socket closes.
+  tuple it receives with `(value, None, cpu)` or `(None, error text, cpu)` until its socket
+  closes, `cpu` being its own CPU seconds so far (the pool's baseline for the next call's
+  CPU-time limit; a forked process starts at zero).
 - `("kill", pid)`: SIGKILL the worker and reply at once with None; the kernel tears down
   its memory in the background, and the zygote reaps it later.
 - `("reap", pid)`: reap a worker that ended by itself, reply with its exit code.
@@ -27,6 +29,7 @@ import resource
 import signal
 import socket
 import sys
+import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import send_handle
@@ -55,9 +58,10 @@ def serve(connection: Connection, function: Callable) -> None:
         except EOFError:
             return
         try:
-            connection.send((function(*arguments), None))
+            value, error = function(*arguments), None
         except Exception as exc:  # noqa: BLE001  (the error is the result, for the caller)
-            connection.send((None, f"{type(exc).__name__}: {exc}"[:_ERROR_TEXT_LIMIT]))
+            value, error = None, f"{type(exc).__name__}: {exc}"[:_ERROR_TEXT_LIMIT]
+        connection.send((value, error, time.process_time()))
 
 
 def spawn_worker(control: Connection, function: Callable, memory_mb: int) -> int:
