@@ -14,8 +14,8 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from rstar2.cli.app import app, fail
-from rstar2.cli.options import (DEFAULT_DTYPE, DEFAULT_ENGINE, DEFAULT_MODEL, BaseUrl, Dtype, Engine,
-                                 Device, Model, PromptVariant, SandboxUrls, Tokenizer, announce_device,
+from rstar2.cli.options import (DEFAULT_DTYPE, DEFAULT_ENGINE, DEFAULT_MODEL, AnswerTag, BaseUrl, Device,
+                                 Dtype, Engine, Model, PromptVariant, SandboxUrls, Tokenizer, announce_device,
                                  trained_card)
 
 console = Console()
@@ -27,7 +27,7 @@ CHAT_LIMITS = {"max_turns": 10, "max_response_tokens": 1024}  # for a model with
 
 @app.command()
 def chat(
-    prompt: str = typer.Option(None, "--prompt", "-p", help="Ask this one question, show the "
+    prompt: str = typer.Option(None, "--prompt", "-p", metavar="TEXT", help="Ask this one question, show the "
                                "answer and exit. Without it: an interactive session (an empty "
                                "line or Ctrl-D quits)."),
     model: Model = DEFAULT_MODEL,
@@ -38,12 +38,13 @@ def chat(
     tools: bool = typer.Option(True, "--tools/--no-tools", help="Offer the Python tool, or ask "
                                "for the same answer format without it."),
     prompt_variant: PromptVariant = None,
-    max_turns: int = typer.Option(None, "--max-turns", min=1, help="Assistant turns per "
+    answer_tag: AnswerTag = None,
+    max_turns: int = typer.Option(None, "--max-turns", min=1, metavar="N", help="Assistant turns per "
                                   "question. Default: the model's rstar2.json, else 10."),
-    max_tokens: int = typer.Option(None, "--max-tokens", min=16, help="Token budget of one "
+    max_tokens: int = typer.Option(None, "--max-tokens", min=16, metavar="N", help="Token budget of one "
                                    "answer, tool outputs included. Default: the model's "
                                    "rstar2.json, else 1024."),
-    temperature: float = typer.Option(0.6, "--temperature", min=0.0, help="Sampling "
+    temperature: float = typer.Option(0.6, "--temperature", min=0.0, metavar="T", help="Sampling "
                                       "temperature (0 = greedy)."),
     dtype: Dtype = DEFAULT_DTYPE,
     device: Device = "auto",
@@ -51,8 +52,9 @@ def chat(
     """Chat with a model that reasons in <reason> tags and can run Python in the sandbox.
 
     Each question is a fresh rollout: the model's turns, every tool call with its sandbox
-    output, and the final <answer> are shown. A model folder written by rstar2 demo or train
-    is asked the way it was trained (its rstar2.json); others get the paper's prompt.
+    output, and the final <answer> (with --no-answer-tag, else the last \\boxed{}) are shown. A
+    model folder written by rstar2 demo or train is asked the way it was trained (its
+    rstar2.json); others get the paper's prompt.
     """
     from rstar2.engines.factory import EngineSpec, open_engine
 
@@ -64,6 +66,7 @@ def chat(
         card = trained_card(model, tokenizer, base_url)
         config = chat_rollout_config(card, tools, prompt_variant, max_turns, max_tokens,
                                      temperature)
+        tagged = (card.answer_tag if card else True) if answer_tag is None else answer_tag
         with console.status("loading the model (a .gguf file is converted on first use)"):
             llm, tok = open_engine(spec)
     except ValueError as exc:  # pydantic's ValidationError and ModelNotFound are ValueErrors
@@ -75,7 +78,7 @@ def chat(
 
             with console.status("starting a private sandbox"):
                 url = stack.enter_context(local_sandbox(workers=2))
-        asyncio.run(converse(llm, tok, url, config, prompt))
+        asyncio.run(converse(llm, tok, url, config, prompt, tagged))
 
 
 def chat_rollout_config(card, tools: bool, variant: str | None, max_turns: int | None,
@@ -95,7 +98,7 @@ def chat_rollout_config(card, tools: bool, variant: str | None, max_turns: int |
                          prompt=PromptConfig(variant=variant, tool_name=trained.tool_name))
 
 
-async def converse(llm, tok, url, config, prompt) -> None:
+async def converse(llm, tok, url, config, prompt, answer_tag: bool = True) -> None:
     """Answer ``prompt``, or questions read from the terminal until an empty line."""
     from rstar2.agent.rollout import Agent
     from rstar2.sandbox import SandboxClient, SandboxUnavailable
@@ -110,7 +113,7 @@ async def converse(llm, tok, url, config, prompt) -> None:
                     trajectory = await agent.rollout(question)
             except SandboxUnavailable as exc:
                 fail(f"the sandbox cannot be reached: {exc}")
-            show(trajectory, tools=runner is not None)
+            show(trajectory, tools=runner is not None, answer_tag=answer_tag)
 
 
 def ask() -> str | None:
@@ -121,8 +124,9 @@ def ask() -> str | None:
         return None
 
 
-def show(trajectory, tools: bool) -> None:
-    """Print the model's turns, its tool calls with their outputs, and the outcome."""
+def show(trajectory, tools: bool, answer_tag: bool = True) -> None:
+    """Print the model's turns, its tool calls with their outputs, and the outcome: the final
+    <answer> block, or without ``answer_tag`` (a model that uses no tags) the last \\boxed{}."""
     calls = iter(trajectory.tool_calls)
     for turn in trajectory.turns:
         if turn.role == "assistant":
@@ -134,9 +138,14 @@ def show(trajectory, tools: bool) -> None:
             show_call(call)
     for call in calls:  # calls whose responses did not fit the budget
         show_call(call)
-    if trajectory.final_answer is not None:
-        console.print(Panel(trajectory.final_answer, title="answer", title_align="left",
-                            border_style="green"))
+    answer = trajectory.final_answer
+    if answer is None and not answer_tag:
+        from rstar2.reward import extract_answer
+
+        boxed = extract_answer(trajectory.assistant_text, require_answer_tag=False)
+        answer = None if boxed is None else f"\\boxed{{{boxed}}}"
+    if answer is not None:
+        console.print(Panel(answer, title="answer", title_align="left", border_style="green"))
     notes = {"max_turns": "stopped: the turn limit was reached",
              "max_tokens": "stopped: the token budget ran out (truncated)"}
     if trajectory.stop_reason in notes:
@@ -159,37 +168,46 @@ def show_call(call) -> None:
 @app.command("serve-model")
 def serve_model(
     model: Model = DEFAULT_MODEL,
-    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
-    port: int = typer.Option(8000, help="Port to listen on."),
-    name: str = typer.Option(None, "--served-model-name", help="Model name clients use. Default: "
-                             "--model."),
+    engine: Engine = DEFAULT_ENGINE,
+    tokenizer: Tokenizer = None,
     dtype: Dtype = DEFAULT_DTYPE,
-    max_batch_size: int = typer.Option(32, "--max-batch-size", min=1,
+    device: Device = "auto",
+    host: str = typer.Option("127.0.0.1", metavar="ADDRESS", help="Address to listen on."),
+    port: int = typer.Option(8000, metavar="PORT", help="Port to listen on."),
+    name: str = typer.Option(None, "--served-model-name", metavar="NAME", help="Model name clients "
+                             "use. Default: --model."),
+    max_batch_size: int = typer.Option(32, "--max-batch-size", min=1, metavar="N",
                                        help="Sequences decoded together."),
-    kv_budget_tokens: int = typer.Option(None, "--kv-budget-tokens", min=1,
+    kv_budget_tokens: int = typer.Option(None, "--kv-budget-tokens", min=1, metavar="N",
                                          help="KV tokens the running requests may hold; more "
                                          "wait (reported at /metrics as the KV capacity). "
                                          "Default: max batch size x the model's context."),
-    device: Device = "auto",
 ) -> None:
     """Serve a model with the embedded engine over an OpenAI-compatible API (/v1/completions
     with token-id prompts, token ids and log-probs back), for `--engine openai` clients and
     fleets (its load at /metrics under vLLM's metric names). A model folder's rstar2.json (how
-    it was trained to be prompted) is served in /v1/models, where rstar2 chat and eval read it."""
+    it was trained to be prompted) is served in /v1/models, where rstar2 chat and eval read it.
+    The model runs in this process (--engine hf, the only engine it serves: vLLM and SGLang
+    have servers of their own, which --engine openai clients use the same way)."""
     import uvicorn
 
     from rstar2.engines.hf import HFEngine, HFEngineConfig
+    from rstar2.engines.loading import load_tokenizer
     from rstar2.engines.server import create_app
 
+    if engine != "hf":
+        fail(f"serve-model serves a model in this process (--engine hf), not {engine!r}: "
+             "vLLM and SGLang have servers of their own (vllm serve MODEL), which clients reach "
+             "with --engine openai --base-url URL")
     announce_device(device)
     try:
-        card = trained_card(model)
+        card = trained_card(model, tokenizer)
         config = HFEngineConfig(model=model, dtype=dtype, max_batch_size=max_batch_size,
                                 kv_budget_tokens=kv_budget_tokens, device=device)
         with console.status("loading the model"):
-            engine = HFEngine(config)
+            served = HFEngine(config, tokenizer=load_tokenizer(tokenizer) if tokenizer else None)
     except ValueError as exc:
         fail(exc)
     console.print(f"serving {model!r} at http://{host}:{port}/v1")
-    uvicorn.run(create_app(engine, name or model, card.model_dump(mode="json") if card else None), host=host, port=port, log_level="warning")
-    engine.shutdown()
+    uvicorn.run(create_app(served, name or model, card.model_dump(mode="json") if card else None), host=host, port=port, log_level="warning")
+    served.shutdown()

@@ -17,7 +17,7 @@ DATA_DIR_HELP = ("Where named benchmarks are read, flat (DIR/math500.jsonl) or a
 
 
 @data_app.command("list")
-def list_benchmarks(data_dir: Path = typer.Option(None, "--data-dir", help=DATA_DIR_HELP)) -> None:
+def list_benchmarks(data_dir: Path = typer.Option(None, "--data-dir", metavar="DIR", help=DATA_DIR_HELP)) -> None:
     """List the benchmarks `rstar2 eval --bench` knows by name, with their size and file."""
     from rstar2.data import REGISTRY, DataError, load_benchmark
 
@@ -31,8 +31,8 @@ def list_benchmarks(data_dir: Path = typer.Option(None, "--data-dir", help=DATA_
 
 @data_app.command("integer-filter")
 def integer_filter(
-    source: Path = typer.Argument(..., help="JSONL file of {problem, answer} rows."),
-    out: Path = typer.Option(..., "--out", "-o", help="Where to write the kept rows (JSONL)."),
+    source: Path = typer.Argument(..., metavar="SOURCE", help="JSONL file of {problem, answer} rows."),
+    out: Path = typer.Option(..., "--out", "-o", metavar="FILE", help="Where to write the kept rows (JSONL)."),
 ) -> None:
     """Keep only problems whose gold answer is an integer (the paper's RL data rule, §4.2).
 
@@ -54,17 +54,18 @@ def integer_filter(
 
 @data_app.command("decontaminate")
 def decontaminate(
-    source: Path = typer.Argument(..., help="Training set: JSONL file of {problem, answer} rows."),
-    out: Path = typer.Option(..., "--out", "-o", help="Where to write the rows that overlap nothing (JSONL)."),
-    against: str = typer.Option("math500,aime2024,aime2025,hmmt_feb2025", "--against",
+    source: Path = typer.Argument(..., metavar="SOURCE", help="Training set: JSONL file of {problem, answer} rows."),
+    out: Path = typer.Option(..., "--out", "-o", metavar="FILE",
+                             help="Where to write the rows that overlap nothing (JSONL)."),
+    against: str = typer.Option("math500,aime2024,aime2025,hmmt_feb2025", "--against", metavar="BENCHES",
                                 help="Comma-separated benchmarks (names or .jsonl paths). Default: the paper's."),
-    report: Path = typer.Option(None, "--report",
+    report: Path = typer.Option(None, "--report", metavar="FILE",
                                 help="Write one JSONL line per overlapping row: line, id, benchmark problems, "
                                      "shared n-grams, an example. Default: OUT with .overlaps.jsonl."),
-    ngram: int = typer.Option(8, "--ngram", min=1, help="N-gram size in words (the paper: 8)."),
-    min_shared: int = typer.Option(1, "--min-shared", min=1,
+    ngram: int = typer.Option(8, "--ngram", min=1, metavar="N", help="N-gram size in words (the paper: 8)."),
+    min_shared: int = typer.Option(1, "--min-shared", min=1, metavar="N",
                                    help="Shared n-grams needed to call a row contaminated (the paper: 1)."),
-    data_dir: Path = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
+    data_dir: Path = typer.Option(None, "--data-dir", metavar="DIR", help=DATA_DIR_HELP),
 ) -> None:
     """Remove training problems that share word n-grams with evaluation benchmarks (§4.2).
 
@@ -93,10 +94,10 @@ def decontaminate(
 
 @data_app.command("difficulty-filter")
 def difficulty_filter(
-    source: Path = typer.Argument(..., help="Training set the eval run was made on (JSONL)."),
-    run: Path = typer.Argument(..., help="The eval run directory (or its samples.jsonl)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Where to write the problems kept (JSONL)."),
-    bench: str = typer.Option(None, "--bench", help="Benchmark name in the run. Default: SOURCE's file stem."),
+    source: Path = typer.Argument(..., metavar="SOURCE", help="Training set the eval run was made on (JSONL)."),
+    run: Path = typer.Argument(..., metavar="RUN", help="The eval run directory (or its samples.jsonl)."),
+    out: Path = typer.Option(..., "--out", "-o", metavar="FILE", help="Where to write the problems kept (JSONL)."),
+    bench: str = typer.Option(None, "--bench", metavar="NAME", help="Benchmark name in the run. Default: SOURCE's file stem."),
 ) -> None:
     """Keep the problems a policy did not solve in all k samples (the stage-3 rule, §4.4).
 

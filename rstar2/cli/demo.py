@@ -15,13 +15,13 @@ NAMED_RECIPES = {"cpu-demo": RECIPES / "cpu-demo.yaml", "gsm8k": RECIPES / "gsm8
 
 @app.command()
 def demo(
-    recipe: str = typer.Option("cpu-demo", "--recipe", help="'cpu-demo' (generated arithmetic), 'gsm8k' "
+    recipe: str = typer.Option("cpu-demo", "--recipe", metavar="RECIPE", help="'cpu-demo' (generated arithmetic), 'gsm8k' "
                                "(GSM8K train -> GSM8K test, recipes/gsm8k-cpu.yaml), or a recipe "
                                "file; one with a `gsm8k:` section runs the GSM8K pipeline."),
-    name: str = typer.Option(None, "--name", help="Run folder under runs/ (default: the recipe's name)."),
-    overrides: list[str] = typer.Option(None, "--set", help="Dotted override of the recipe, "
+    name: str = typer.Option(None, "--name", metavar="NAME", help="Run folder under runs/ (default: the recipe's name)."),
+    overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help="Dotted override of the recipe, "
                                         "e.g. --set rl.roc.mode=off --set rl.steps=20."),
-    sft_model: str = typer.Option(None, "--sft-model", help="Skip the SFT and start RL from this model "
+    sft_model: str = typer.Option(None, "--sft-model", metavar="DIR", help="Skip the SFT and start RL from this model "
                                   "directory (an earlier demo's runs/<name>/sft), e.g. to compare RL settings."),
     device: RecipeDevice = None,
 ) -> None:

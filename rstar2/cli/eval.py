@@ -8,8 +8,8 @@ import typer
 
 from rstar2.cli.app import command_group, fail
 from rstar2.cli.data import DATA_DIR_HELP
-from rstar2.cli.options import (DEFAULT_DTYPE, DEFAULT_ENGINE, DEFAULT_MODEL, BaseUrl, Dtype, Engine, Model,
-                                Device, PromptVariant, SandboxUrls, Tokenizer, announce_device,
+from rstar2.cli.options import (DEFAULT_DTYPE, DEFAULT_ENGINE, DEFAULT_MODEL, AnswerTag, BaseUrl, Device, Dtype,
+                                Engine, Model, PromptVariant, SandboxUrls, Tokenizer, announce_device,
                                 trained_card)
 
 eval_app = command_group(
@@ -28,7 +28,7 @@ PAPER_LIMITS = {"max_tokens": 30000, "max_turns": 30}  # §5.1, for a model with
 @eval_app.callback()
 def evaluate(
     ctx: typer.Context,
-    bench: str = typer.Option(None, "--bench", "-b", help="Comma-separated benchmarks (aime2024, "
+    bench: str = typer.Option(None, "--bench", "-b", metavar="BENCHES", help="Comma-separated benchmarks (aime2024, "
                               "aime2025, hmmt_feb2025, math500, amc23, gsm8k; `rstar2 data list`) "
                               "or JSONL files of {problem, answer}."),
     model: Model = DEFAULT_MODEL,
@@ -37,34 +37,31 @@ def evaluate(
     tokenizer: Tokenizer = None,
     dtype: Dtype = DEFAULT_DTYPE,
     device: Device = "auto",
-    n: int = typer.Option(16, "-n", min=1, help="Samples per problem."),
-    temperature: float = typer.Option(0.6, "--temperature", min=0.0, help="Sampling temperature."),
-    top_p: float = typer.Option(1.0, "--top-p", min=0.0, max=1.0, help="Nucleus sampling mass "
+    n: int = typer.Option(16, "-n", min=1, metavar="N", help="Samples per problem."),
+    temperature: float = typer.Option(0.6, "--temperature", min=0.0, metavar="T", help="Sampling temperature."),
+    top_p: float = typer.Option(1.0, "--top-p", min=0.0, max=1.0, metavar="P", help="Nucleus sampling mass "
                                 "(1 = off)."),
-    max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="Token budget of a whole "
+    max_tokens: int = typer.Option(None, "--max-tokens", min=1, metavar="N", help="Token budget of a whole "
                                    "response, tool outputs included. Default: the model's "
                                    "rstar2.json, else 30000."),
-    max_turns: int = typer.Option(None, "--max-turns", min=1, help="Assistant turns per rollout. "
+    max_turns: int = typer.Option(None, "--max-turns", min=1, metavar="N", help="Assistant turns per rollout. "
                                   "Default: the model's rstar2.json, else 30."),
     tools: bool = typer.Option(True, "--tools/--no-tools", help="Offer the Python tool, or keep "
                                "the answer format without it."),
     prompt_variant: PromptVariant = None,
-    answer_tag: bool = typer.Option(None, "--answer-tag/--no-answer-tag", help="Grade only a "
-                                    "\\boxed{} inside <answer>...</answer> (the paper's reward), or "
-                                    "also the last \\boxed{} anywhere (models without the tags). "
-                                    "Default: the model's rstar2.json, else --answer-tag."),
-    limit: int = typer.Option(None, "--limit", min=1, help="Only the first K problems of each "
+    answer_tag: AnswerTag = None,
+    limit: int = typer.Option(None, "--limit", min=1, metavar="K", help="Only the first K problems of each "
                               "benchmark."),
-    out: Path = typer.Option(None, "--out", "-o", help="Run directory. Default: "
+    out: Path = typer.Option(None, "--out", "-o", metavar="DIR", help="Run directory. Default: "
                              "runs/eval/<model>_<benches>_n<n>."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out, skipping "
                                 "the samples it holds (n, --limit and benchmarks may grow; "
                                 "generation settings may not)."),
-    concurrency: int = typer.Option(32, "--concurrency", "-c", min=1, help="Samples in flight "
+    concurrency: int = typer.Option(32, "--concurrency", "-c", min=1, metavar="N", help="Samples in flight "
                                     "at once."),
-    data_dir: Path = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
+    data_dir: Path = typer.Option(None, "--data-dir", metavar="DIR", help=DATA_DIR_HELP),
     sandbox_url: SandboxUrls = None,
-    sandbox_workers: int = typer.Option(2, "--sandbox-workers", min=1, help="Workers of the "
+    sandbox_workers: int = typer.Option(2, "--sandbox-workers", min=1, metavar="N", help="Workers of the "
                                         "private sandbox (without --sandbox-url)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
@@ -107,9 +104,9 @@ def evaluate(
 
 @eval_app.command()
 def compare(
-    run_a: Path = typer.Argument(..., help="First run directory (or its results.json)."),
-    run_b: Path = typer.Argument(..., help="Second run directory (or its results.json)."),
-    top: int = typer.Option(20, "--top", min=0, help="Most changed problems to list per benchmark."),
+    run_a: Path = typer.Argument(..., metavar="RUN_A", help="First run directory (or its results.json)."),
+    run_b: Path = typer.Argument(..., metavar="RUN_B", help="Second run directory (or its results.json)."),
+    top: int = typer.Option(20, "--top", min=0, metavar="N", help="Most changed problems to list per benchmark."),
 ) -> None:
     """Print two runs side by side: each metric of A and B with B - A, then the problems whose
     accuracy changed most."""

@@ -6,6 +6,8 @@ import typer
 from rich.progress import Progress
 
 from rstar2.cli.app import app, fail
+from rstar2.cli.options import ANSWER_TAG_HELP
+from rstar2.reward.grading import DEFAULT_DEADLINE_S, WALL_CLOCK_ALLOWANCE
 from rstar2.reward.rows import RowsReport, grade_rows
 
 
@@ -16,18 +18,20 @@ def default_out_path(source: Path) -> Path:
 
 @app.command()
 def grade(
-    source: Path = typer.Argument(..., help="JSONL file, one model output per line."),
-    response_field: str = typer.Option("response", "--response-field", help="Field holding the model's text."),
-    gold_field: str = typer.Option("answer", "--gold-field", help="Field holding the gold answer."),
-    out: Path = typer.Option(None, "--out", "-o", help="Where to write the graded rows. Default: SOURCE.graded.jsonl."),
-    require_answer_tag: bool = typer.Option(
-        True,
-        "--require-answer-tag/--any-boxed",
-        help="Read the answer only from \\boxed{} inside <answer>...</answer> (the rStar2-Agent "
-        "reward), or also the last \\boxed{} anywhere (--any-boxed: models without the tags).",
-    ),
-    deadline: float = typer.Option(2.0, "--deadline", min=0.01, help="Seconds allowed per symbolic check."),
-    workers: int = typer.Option(None, "--workers", min=1, help="Worker processes. Default: all cores."),
+    source: Path = typer.Argument(..., metavar="SOURCE", help="JSONL file, one model output per line."),
+    response_field: str = typer.Option("response", "--response-field", metavar="FIELD",
+                                       help="Field holding the model's text."),
+    gold_field: str = typer.Option("answer", "--gold-field", metavar="FIELD", help="Field holding the gold answer."),
+    out: Path = typer.Option(None, "--out", "-o", metavar="FILE",
+                             help="Where to write the graded rows. Default: SOURCE.graded.jsonl."),
+    answer_tag: bool = typer.Option(True, "--answer-tag/--no-answer-tag", help=ANSWER_TAG_HELP),
+    any_boxed: bool = typer.Option(False, "--any-boxed", hidden=True, help="Old name of --no-answer-tag."),
+    require_answer_tag: bool = typer.Option(False, "--require-answer-tag", hidden=True,
+                                            help="Old name of --answer-tag."),
+    deadline: float = typer.Option(DEFAULT_DEADLINE_S, "--deadline", min=0.01, metavar="SECONDS",
+                                   help="CPU seconds one symbolic check may use; it is also stopped "
+                                   f"after {WALL_CLOCK_ALLOWANCE:g} times that on the clock."),
+    workers: int = typer.Option(None, "--workers", min=1, metavar="N", help="Worker processes. Default: all cores."),
 ) -> None:
     """Grade model outputs: extract each final answer and check it against the gold one.
 
@@ -39,6 +43,10 @@ def grade(
     """
     from rstar2.data import DataError, read_jsonl, write_jsonl
 
+    if any_boxed or require_answer_tag:  # the old spellings still work, with a warning
+        old, new = ("--any-boxed", "--no-answer-tag") if any_boxed else ("--require-answer-tag", "--answer-tag")
+        typer.echo(f"warning: {old} is now called {new}; the old name will be removed", err=True)
+        answer_tag = not any_boxed
     try:
         numbered_rows = list(read_jsonl(source))
     except DataError as error:
@@ -49,26 +57,26 @@ def grade(
             numbered_rows,
             response_field=response_field,
             gold_field=gold_field,
-            require_answer_tag=require_answer_tag,
+            require_answer_tag=answer_tag,
             deadline_s=deadline,
             workers=workers,
             on_grade=lambda: progress.advance(bar),
         )
     out = out or default_out_path(source)
     write_jsonl(out, report.rows)
-    _print_summary(report, out, require_answer_tag)
+    _print_summary(report, out, answer_tag)
     if report.errors:
         raise typer.Exit(1)
 
 
-def _print_summary(report: RowsReport, out: Path, require_answer_tag: bool) -> None:
+def _print_summary(report: RowsReport, out: Path, answer_tag: bool) -> None:
     typer.echo(
         f"accuracy {report.accuracy:.4f} ({report.correct}/{report.graded} graded rows); "
         f"{report.timed_out} hit the deadline; {report.no_answer} gave no answer -> {out}"
     )
-    if require_answer_tag and report.graded and report.no_answer == report.graded:
+    if answer_tag and report.graded and report.no_answer == report.graded:
         typer.echo("hint: no row had \\boxed{} inside <answer>...</answer>; "
-                   "for models that use no tags, add --any-boxed")
+                   "for models that use no tags, add --no-answer-tag")
     for error in report.errors[:20]:
         typer.echo(f"error: {error}", err=True)
     if len(report.errors) > 20:

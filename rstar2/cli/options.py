@@ -1,5 +1,7 @@
 """The options several `rstar2` commands share (model, engine, server, tokenizer, dtype,
-sandbox), declared once so that every command spells and explains them the same way.
+device, sandbox, the answer-tag rule), declared once so that every command spells and explains
+them the same way. Every option names its value in words (``--workers N``), never by a Python
+type (tests/docs/test_cli_help.py holds every command to that).
 
 ``trained_card`` finds how the model was trained to be prompted (its ``rstar2.json``), which
 chat and eval use where no option says otherwise. The engine kinds
@@ -49,10 +51,16 @@ Engine = Annotated[str, typer.Option(
 BaseUrl = Annotated[Optional[str], typer.Option(
     "--base-url", metavar="URL", help="Server URL for --engine openai, e.g. http://localhost:8000/v1.")]
 Tokenizer = Annotated[Optional[str], typer.Option(
-    "--tokenizer", metavar="DIR", help="Local model directory whose tokenizer to use when --model is a "
-                        "served name.")]
+    "--tokenizer", metavar="DIR", help="Model directory whose tokenizer to use instead of --model's "
+                        "(needed when --model is a served name).")]
 Dtype = Annotated[str, typer.Option(
     "--dtype", **one_of(DTYPES, "dtype"), help="Weights dtype of an in-process model.")]
+ANSWER_TAG_HELP = ("Read the answer only from \\boxed{} inside <answer>...</answer> (the paper's "
+                   "reward), or also the last \\boxed{} anywhere (--no-answer-tag: models that "
+                   "use no tags).")
+AnswerTag = Annotated[Optional[bool], typer.Option(
+    "--answer-tag/--no-answer-tag",
+    help=ANSWER_TAG_HELP + " Default: the model's rstar2.json, else --answer-tag.")]
 SandboxUrls = Annotated[Optional[list[str]], typer.Option(
     "--sandbox-url", metavar="URL", help="Sandbox service for tool calls (repeatable). Default: start a "
                           "private one.")]

@@ -14,18 +14,18 @@ sandbox_app = command_group("sandbox", "The isolated Python execution service us
 
 @sandbox_app.command()
 def serve(
-    host: str = typer.Option("127.0.0.1", help="Address to listen on. Keep it private: never expose the service."),
-    port: int = typer.Option(8070, help="Port to listen on."),
-    workers: int = typer.Option(2 * (os.cpu_count() or 1), min=1, max=1024,
+    host: str = typer.Option("127.0.0.1", metavar="ADDRESS", help="Address to listen on. Keep it private: never expose the service."),
+    port: int = typer.Option(8070, metavar="PORT", help="Port to listen on."),
+    workers: int = typer.Option(2 * (os.cpu_count() or 1), min=1, max=1024, metavar="N",
                                 help="Warm worker processes, each running one call at a time. Default: twice "
                                      "the CPU count, so calls waiting on I/O do not idle the cores."),
-    timeout_s: float = typer.Option(4.0, "--timeout-s", min=0.01, help="Default wall-clock deadline per call, seconds."),
-    max_timeout_s: float = typer.Option(60.0, "--max-timeout-s", min=0.01,
+    timeout_s: float = typer.Option(4.0, "--timeout-s", min=0.01, metavar="SECONDS", help="Default wall-clock deadline per call, seconds."),
+    max_timeout_s: float = typer.Option(60.0, "--max-timeout-s", min=0.01, metavar="SECONDS",
                                         help="Largest deadline a request may ask for."),
-    memory_mb: int = typer.Option(1024, "--memory-mb", min=64, help="Address-space limit per call, MiB."),
-    max_procs: int = typer.Option(64, "--max-procs", min=1, help="Processes per call (fork-bomb bound)."),
-    output_kb: int = typer.Option(64, "--output-kb", min=1, help="stdout/stderr kept per call, KiB; the rest is cut with a marker."),
-    queue_size: int = typer.Option(16384, "--queue-size", min=1,
+    memory_mb: int = typer.Option(1024, "--memory-mb", min=64, metavar="MIB", help="Address-space limit per call, MiB."),
+    max_procs: int = typer.Option(64, "--max-procs", min=1, metavar="N", help="Processes per call (fork-bomb bound)."),
+    output_kb: int = typer.Option(64, "--output-kb", min=1, metavar="KIB", help="stdout/stderr kept per call, KiB; the rest is cut with a marker."),
+    queue_size: int = typer.Option(16384, "--queue-size", min=1, metavar="N",
                                    help="Calls that may wait for a worker; beyond it the service answers 503."),
     unsafe_no_isolation: bool = typer.Option(False, "--unsafe-no-isolation",
                                              help="Run code WITHOUT bubblewrap (no namespaces): only for trusted code."),

@@ -12,13 +12,13 @@ from rstar2.cli.options import RecipeDevice, announce_device
 
 @app.command()
 def train(
-    recipe: Path = typer.Argument(..., exists=True, dir_okay=False, help="YAML recipe, e.g. "
+    recipe: Path = typer.Argument(..., exists=True, dir_okay=False, metavar="RECIPE", help="YAML recipe, e.g. "
                                   "recipes/cpu-demo.yaml or recipes/qwen3-14b-stage1.yaml."),
-    overrides: list[str] = typer.Option(None, "--set", help="Dotted override KEY=VALUE, repeatable, "
+    overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help="Dotted override KEY=VALUE, repeatable, "
                                         "e.g. --set rl.optimizer.lr=2e-6 --set rl.roc.mode=off."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run from its latest checkpoint "
                                 "(same weights, optimizer, data position and RNG state)."),
-    name: str = typer.Option(None, "--name", help="Run name (the folder under runs_dir); "
+    name: str = typer.Option(None, "--name", metavar="NAME", help="Run name (the folder under runs_dir); "
                              "overrides the recipe's `name`."),
     plan: bool = typer.Option(False, "--plan", help="Print the cluster: section's placement, the "
                               "per-GPU memory estimate and the rollouts in flight, then exit "

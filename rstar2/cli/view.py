@@ -9,14 +9,14 @@ from rstar2.cli.app import app, fail
 
 @app.command()
 def view(
-    run_dirs: list[Path] = typer.Argument(..., help="Run folders: training runs (runs/<name>/), eval runs "
+    run_dirs: list[Path] = typer.Argument(..., metavar="RUN_DIR...", help="Run folders: training runs (runs/<name>/), eval runs "
                                           "(runs/eval/<...>/) or the demo's folder. Several overlay their curves."),
-    port: int = typer.Option(8071, "--port", min=1, max=65535, help="Port of the page."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind. The default serves this machine "
+    port: int = typer.Option(8071, "--port", min=1, max=65535, metavar="PORT", help="Port of the page."),
+    host: str = typer.Option("127.0.0.1", "--host", metavar="ADDRESS", help="Address to bind. The default serves this machine "
                              "only; 0.0.0.0 exposes the runs to the network."),
-    export: Path = typer.Option(None, "--export", help="Write one self-contained HTML file of the run's curves "
+    export: Path = typer.Option(None, "--export", metavar="FILE", help="Write one self-contained HTML file of the run's curves "
                                 "and one step's rollouts to this path instead of serving."),
-    step: int = typer.Option(None, "--step", min=1, help="With --export: the step whose rollouts go in the file. "
+    step: int = typer.Option(None, "--step", min=1, metavar="N", help="With --export: the step whose rollouts go in the file. "
                              "Default: the last step with rollouts logged."),
 ) -> None:
     """Serve a page of curves, rollouts (with RoC's verdicts and per-token log-probs), eval

@@ -3,8 +3,8 @@
     device = resolve_device("auto")        # cuda when a GPU is visible, else cpu
     tensors_on = module_device(model)      # where a batch for ``model`` must be built
 
-A device setting is ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (``DEVICE_PATTERN``; configs
-validate against it without importing torch). ``auto`` is the default everywhere (``model.device``
+A device setting is ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (``DeviceSetting``: config fields
+of that type refuse anything else in those words, without importing torch). ``auto`` is the default everywhere (``model.device``
 in a run config, ``--device`` on the commands, ``HFEngineConfig.device``), so a machine with a
 GPU uses it without being told, and ``device_note`` says which one was picked and why, for the
 commands to print. Asking for CUDA where there is none is an error, never a silent CPU run.
@@ -12,18 +12,33 @@ commands to print. Asking for CUDA where there is none is an error, never a sile
 
 from __future__ import annotations
 
-DEVICE_PATTERN = r"^(auto|cpu|cuda(:\d+)?)$"
-DEVICE_HELP = ("'auto' (cuda when a GPU is available, else cpu), 'cpu', 'cuda' or 'cuda:N'.")
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator
+
+DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+DEVICE_CHOICES = "'auto' (cuda when a GPU is available, else cpu), 'cpu', 'cuda' or 'cuda:N'"
+DEVICE_HELP = DEVICE_CHOICES + "."
+
+
+def check_device(setting: str) -> str:
+    """``setting`` if it names a device, else a ValueError listing the settings in words."""
+    if not DEVICE_PATTERN.match(setting):
+        raise ValueError(f"device must be {DEVICE_CHOICES}")
+    return setting
+
+
+DeviceSetting = Annotated[str, AfterValidator(check_device)]
+"""A config field holding a device setting."""
 
 
 def resolve_device(setting: str = "auto"):
     """The ``torch.device`` a setting names; ``auto`` picks cuda when available."""
-    import re
-
     import torch
 
-    if not re.match(DEVICE_PATTERN, setting):
-        raise ValueError(f"device must be {DEVICE_HELP} (got {setting!r})")
+    if not DEVICE_PATTERN.match(setting):
+        raise ValueError(f"device must be {DEVICE_CHOICES} (got {setting!r})")
     if setting == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(setting)

@@ -31,7 +31,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rstar2.engines.base import Engine, TrainableEngine
-from rstar2.engines.device import DEVICE_HELP, DEVICE_PATTERN
+from rstar2.engines.device import DEVICE_HELP, DeviceSetting
 
 EngineKind = Literal["hf", "openai", "vllm"]
 ENGINE_KINDS: tuple[str, ...] = get_args(EngineKind)
@@ -63,7 +63,7 @@ class EngineSpec(BaseModel):
         "bfloat16", description="Weights dtype for 'hf' and 'vllm'.")
     max_batch_size: int = Field(32, ge=1, description="Sequences decoded together ('hf').")
     seed: int = Field(0, description="Seed of the engine's sampling ('hf' and 'vllm').")
-    device: str = Field("auto", pattern=DEVICE_PATTERN, description="Where 'hf' runs the model: "
+    device: DeviceSetting = Field("auto", description="Where 'hf' runs the model: "
                         + DEVICE_HELP + " Ignored when a model object is passed in.")
 
 

@@ -42,7 +42,7 @@ from pydantic import BaseModel, Field
 from rstar2.engines import slots
 from rstar2.engines.base import Completion, EngineLoad, SamplingParams
 from rstar2.engines.bucketed import BucketedDecoder
-from rstar2.engines.device import DEVICE_HELP, DEVICE_PATTERN, resolve_device
+from rstar2.engines.device import DEVICE_HELP, DeviceSetting, resolve_device
 from rstar2.engines.loading import load_model, load_tokenizer, set_cpu_threads
 from rstar2.engines.sampling import request_uniform, sample_tokens
 
@@ -55,7 +55,7 @@ class HFEngineConfig(BaseModel):
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "bfloat16", description="Weights and KV dtype. bfloat16 is the faster on CPUs with "
         "bfloat16 instructions (docs/benchmarks.md); float32 for exact log-probs.")
-    device: str = Field("auto", pattern=DEVICE_PATTERN, description="Where the model runs: "
+    device: DeviceSetting = Field("auto", description="Where the model runs: "
                         + DEVICE_HELP + " Ignored when a model object is passed in (its own).")
     max_batch_size: int = Field(32, ge=1, description="Most sequences decoded together.")
     max_parked: int = Field(32, ge=0, description="Finished sequences kept for reuse by the "

@@ -34,7 +34,7 @@ from pydantic import BaseModel, Field
 from rstar2.agent.prompt import DEFAULT_TOOL_NAME
 from rstar2.data.benchmarks import Benchmark
 from rstar2.data.problems import Problem
-from rstar2.engines.device import DEVICE_HELP, DEVICE_PATTERN
+from rstar2.engines.device import DEVICE_HELP, DeviceSetting
 from rstar2.engines.factory import EngineKind
 from rstar2.eval.progress import RunProgress
 from rstar2.eval.report import build_results, write_reports
@@ -54,7 +54,7 @@ class EvalSettings(BaseModel):
     engine: EngineKind = Field("hf", description="'hf': embedded transformers; 'openai': an "
                                "OpenAI-compatible server at base_url; 'vllm': vLLM in this process.")
     base_url: str | None = Field(None, description="The server's /v1 URL for --engine openai.")
-    device: str = Field("auto", pattern=DEVICE_PATTERN, description="Where --engine hf runs the "
+    device: DeviceSetting = Field("auto", description="Where --engine hf runs the "
                         "model: " + DEVICE_HELP)
     tokenizer: str | None = Field(None, description="Local model whose tokenizer to use when `model` "
                                   "is a served name (--engine openai).")

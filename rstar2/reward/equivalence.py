@@ -45,7 +45,7 @@ logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 _LATEX = (LatexExtractionConfig(),)
 _LATEX_AND_PLAIN = (LatexExtractionConfig(), ExprExtractionConfig())
-_DECIMAL_PLACES = re.compile(r"\d\.(\d+)")
+_DECIMAL_PLACES = re.compile(r"\.(\d+)")  # `.5` as well as `0.5`
 _DEFAULT_FLOAT_ROUNDING = 6
 _FEWEST_DECIMAL_PLACES = 2
 _LONGEST_CACHED_ANSWER = 1_000
@@ -126,16 +126,23 @@ def _equation_against_value(pred, gold) -> bool:
 def float_rounding(pred: str, gold: str) -> int:
     """Decimal places at which a float answer is compared with the gold.
 
-    Six by default; when the gold is exact (no decimal point written) and the prediction is
-    written to fewer places, the prediction's own precision, but never under two: `0.33` and
-    `2.6667` are accepted for 1/3 and 8/3, `0.3` is not.
+    Six by default, or as many as a decimal gold is written to when that is more (`.0000672`
+    is not `.0000673`); when the gold is exact (no decimal point written) and the prediction
+    is written to fewer places, the prediction's own precision, but never under two: `0.33`
+    and `2.6667` are accepted for 1/3 and 8/3, `0.3` is not.
     """
-    if _DECIMAL_PLACES.search(gold):
-        return _DEFAULT_FLOAT_ROUNDING
-    written = max((len(places) for places in _DECIMAL_PLACES.findall(pred)), default=None)
+    gold_places = _places_written(gold)
+    if gold_places is not None:
+        return max(_DEFAULT_FLOAT_ROUNDING, gold_places)
+    written = _places_written(pred)
     if written is None:
         return _DEFAULT_FLOAT_ROUNDING
     return min(_DEFAULT_FLOAT_ROUNDING, max(_FEWEST_DECIMAL_PLACES, written))
+
+
+def _places_written(answer: str) -> int | None:
+    """The most decimal places of a number written in `answer`, or None if it has none."""
+    return max((len(places) for places in _DECIMAL_PLACES.findall(answer)), default=None)
 
 
 def parse_answer(answer: str) -> tuple:

@@ -29,6 +29,7 @@ _LIST_SEPARATOR = re.compile(
     rf"{_SPACING}(?:,|;|\band\b|\\text\{{\s*(?:and|,)\s*\}}){_SPACING}(?:(?:\band\b|\\text\{{\s*and\s*\}}){_SPACING})?"
 )
 _MOST_BOXES_IN_A_LIST = 16
+"""More boxes in one such run are not a multi-part answer: the last box is the answer."""
 
 
 def extract_answer(response: str, *, require_answer_tag: bool = True) -> str | None:
@@ -68,12 +69,14 @@ def last_boxed(text: str) -> str | None:
         return None
     arguments = [last[0]]
     start = boxes[-1].start()
-    for box in reversed(boxes[-_MOST_BOXES_IN_A_LIST:-1]):
+    for box in reversed(boxes[-_MOST_BOXES_IN_A_LIST - 1 : -1]):
         argument = _box_argument(text, box.end())
         if argument is None or not _LIST_SEPARATOR.fullmatch(text, argument[1], start):
             break
         arguments.append(argument[0])
         start = box.start()
+    if len(arguments) > _MOST_BOXES_IN_A_LIST:  # a run that long is boxes, not one answer
+        arguments = arguments[:1]
     answer = ", ".join(part.strip() for part in reversed(arguments) if part.strip())
     return answer or None
 

@@ -59,8 +59,8 @@ WARMUP_PAIRS = (
 )
 """One (pred, gold) pair per kind of comparison, checked once in the process the workers are
 forked from, so that sympy's lazy imports and first-call costs are paid once, not per worker.
-The sums cost a fresh worker about half a second on their first use (summation's imports and
-Bernoulli numbers), a few times what they cost warm."""
+The sums pay for summation's imports and Bernoulli numbers here, which would otherwise fall on
+the first check with a sum in every fresh worker (docs/benchmarks.md has the difference)."""
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ Contract of `DeadlinePool(function_path, workers, deadline_s, cpu_limit_s=None)`
   much longer than the deadline, whatever sympy does with it.
 - With `cpu_limit_s`, a call is also killed (`timed_out`) once its worker has used that much
   CPU time: a limit on the work a call may do, which a loaded machine does not shrink the way
-  it shrinks a wall-clock one (a check that needs 1.8 s of CPU gets it even while other
+  it shrinks a wall-clock one (a check gets its whole CPU allowance even while other
   processes take half the cores); `deadline_s` stays the wall-clock bound on the wait. The
   CPU time is read from /proc only once a call has run `cpu_limit_s` of wall-clock time, so
   quick calls cost nothing extra.

@@ -34,7 +34,7 @@ from rstar2.engines.factory import ENGINE_KINDS, TRAINABLE_ENGINE_KINDS, EngineK
 from rstar2.engines.fleet.policies import PolicyName
 from rstar2.section import Section
 
-from rstar2.engines.device import DEVICE_PATTERN
+from rstar2.engines.device import DeviceSetting
 
 
 class RecipeLoader(yaml.SafeLoader):
@@ -71,7 +71,7 @@ class ModelConfig(Section):
     path: str = "default"
     """The policy's starting weights: 'default' (the embedded SmolLM2-135M-Instruct), a .gguf
     file, or a local transformers model directory (see ``rstar2.engines.loading``)."""
-    device: str = Field("auto", pattern=DEVICE_PATTERN)
+    device: DeviceSetting = "auto"
     """Where the policy is trained: 'auto' (cuda when a GPU is available, else cpu), 'cpu',
     'cuda' or 'cuda:N'. Batches are built on it, and the embedded engine samples on it unless
     ``rollout.engine_device`` says otherwise."""
@@ -111,7 +111,7 @@ class RolloutConfig(Section):
     the weights); a dtype gives the engine its own copy in that dtype, loaded with the new
     weights after every update, and the trainer then recomputes the old log-probs. bfloat16
     samples faster than float32 on bfloat16-capable CPUs (docs/benchmarks.md). Not with LoRA."""
-    engine_device: str | None = Field(None, pattern=DEVICE_PATTERN)
+    engine_device: DeviceSetting | None = None
     """Embedded engine with its own copy (``engine_dtype`` set): the device of that copy; null
     means the policy's (``model.device``). A colocated engine always runs on the policy's."""
     temperature: float = Field(1.0, gt=0)

@@ -6,6 +6,7 @@ import json
 from rich.console import Console
 from typer.testing import CliRunner
 
+from rstar2.agent.prompt import PromptConfig
 from rstar2.agent.rollout import Agent, RolloutConfig
 from rstar2.cli import app
 from rstar2.cli import chat as chat_command
@@ -61,3 +62,23 @@ def test_bad_options_fail_clearly():
     assert bad_engine.exit_code == 2 and "unknown engine 'tpu': choose one of hf" in bad_engine.output
     serve = runner.invoke(app, ["serve-model", "--model", "/no/such/model"])
     assert serve.exit_code == 2 and "not found" in serve.output
+
+
+def test_without_the_answer_tag_the_last_box_is_shown_as_the_answer(hf_engine, monkeypatch):
+    """A model that uses no tags (--no-answer-tag) still gets its answer shown."""
+
+    async def run():
+        config = RolloutConfig(temperature=0, max_response_tokens=32, max_turns=1,
+                               prompt=PromptConfig(variant="no_tools"))
+        agent = Agent(hf_engine, hf_engine.tokenizer, None, config)
+        return await agent.rollout("What is 2+2?", "2 + 2 = \\boxed{4}.<|im_end|>")
+
+    trajectory = asyncio.run(run())
+    shown = {}
+    for answer_tag in (True, False):
+        screen = Console(record=True, width=100)
+        monkeypatch.setattr(chat_command, "console", screen)
+        chat_command.show(trajectory, tools=False, answer_tag=answer_tag)
+        shown[answer_tag] = screen.export_text()
+    assert "answer" not in shown[True].split("2 + 2 = \\boxed{4}.")[-1]
+    assert "\\boxed{4}" in shown[False].split("2 + 2 = \\boxed{4}.")[-1]

@@ -18,7 +18,7 @@ def test_grades_real_outputs_and_keeps_every_field(shared_data, tmp_path):
     rows = read_rows(shared_data / "math_cot_samples" / "qwen25_math_cot_100x8.jsonl")[:24]
     source = tmp_path / "outputs.jsonl"
     _write(source, rows)
-    result = runner.invoke(app, ["grade", str(source), "--any-boxed", "--workers", "2"])
+    result = runner.invoke(app, ["grade", str(source), "--no-answer-tag", "--workers", "2"])
     assert result.exit_code == 0, result.output
     graded = read_rows(tmp_path / "outputs.graded.jsonl")
     assert [row["id"] for row in graded] == [row["id"] for row in rows]
@@ -65,7 +65,16 @@ def test_untagged_outputs_get_a_hint(tmp_path):
     _write(source, [{"response": "so \\boxed{7}", "answer": "7"}])
     result = runner.invoke(app, ["grade", str(source)])
     assert result.exit_code == 0
-    assert "accuracy 0.0000" in result.output and "--any-boxed" in result.output
+    assert "accuracy 0.0000" in result.output and "--no-answer-tag" in result.output
+
+
+def test_the_old_name_of_the_answer_tag_rule_still_works_with_a_warning(tmp_path):
+    source = tmp_path / "untagged.jsonl"
+    _write(source, [{"response": "so \\boxed{7}", "answer": "7"}])
+    result = runner.invoke(app, ["grade", str(source), "--any-boxed"])
+    assert result.exit_code == 0, result.output
+    assert "accuracy 1.0000" in result.output
+    assert "warning: --any-boxed is now called --no-answer-tag" in result.output
 
 
 def test_a_file_that_is_not_jsonl_is_refused_by_line(tmp_path):
@@ -80,5 +89,6 @@ def test_a_file_that_is_not_jsonl_is_refused_by_line(tmp_path):
 def test_help_explains_the_options():
     result = runner.invoke(app, ["grade", "--help"])
     assert result.exit_code == 0
-    for option in ("--response-field", "--gold-field", "--out", "--any-boxed", "--deadline", "--workers"):
+    for option in ("--response-field", "--gold-field", "--out", "--no-answer-tag", "--deadline", "--workers"):
         assert option in result.output
+    assert "--any-boxed" not in result.output  # the old name works but is not offered

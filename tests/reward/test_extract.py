@@ -18,9 +18,26 @@ from tests.reward.data import read_rows
         ("<answer>\\fbox{12}</answer>", "12"),
         ("<answer>\\boxed{ 7 }</answer>", "7"),
         ("<answer>\\boxed{1}</answer> more reasoning <answer>\\boxed{2}</answer>", "2"),
+        ("<answer>\\boxed{1} \\boxed{2}</answer>", "2"),  # no separator: not a list
+        ("<answer>$x = \\boxed{3}$, $y = \\boxed{4}$</answer>", "4"),  # text between the boxes
     ],
 )
 def test_reads_the_last_box_inside_the_answer_block(response, expected):
+    assert extract_answer(response) == expected
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        ("<answer>\\boxed{1}, \\boxed{2}, \\boxed{3}</answer>", "1, 2, 3"),
+        ("<answer>The values are $\\boxed{1}$, $\\boxed{2}$, and $\\boxed{3}$.</answer>", "1, 2, 3"),
+        ("<answer>\\(\\boxed{-2}\\) and \\(\\boxed{5}\\)</answer>", "-2, 5"),
+        ("<answer>$\\boxed{a}\\text{ and }\\boxed{b}$</answer>", "a, b"),
+        ("<answer>\\boxed{3};\\quad\\boxed{\\frac{1}{2}}</answer>", "3, \\frac{1}{2}"),
+        ("<answer>\\boxed{1}, \\boxed{2}, no wait: \\boxed{7}, \\boxed{8}</answer>", "7, 8"),
+    ],
+)
+def test_boxes_listed_at_the_end_are_one_multi_part_answer(response, expected):
     assert extract_answer(response) == expected
 
 
@@ -52,6 +69,10 @@ def test_pathological_responses_are_read_in_one_pass():
     assert extract_answer(unclosed) is None
     many = "<answer>" + "\\boxed{1} " * 100_000 + "\\boxed{2}</answer>"
     assert extract_answer(many) == "2"
+    listed = "<answer>" + "\\boxed{1}, " * 100_000 + "\\boxed{2}</answer>"
+    assert extract_answer(listed) == "2"  # a run of boxes that long is no answer list
+    spaced = "<answer>\\boxed{1}" + " ," * 100_000 + " x \\boxed{2}</answer>"
+    assert extract_answer(spaced) == "2"
     deep = "<answer>\\boxed{" + "{" * 100_000 + "x" + "}" * 100_001 + "</answer>"
     assert extract_answer(deep) == "{" * 100_000 + "x" + "}" * 100_000
 

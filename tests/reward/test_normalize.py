@@ -81,6 +81,31 @@ def test_normalisation_keeps_meaning():
     assert repair_latex("a \\\\ b \\\\\\frac{1}{2}") == "a \\\\ b \\\\\\frac{1}{2}"  # line breaks kept
 
 
+def test_an_answer_wrapped_whole_in_delimiters_is_unwrapped():
+    assert normalize_answer("$204_5$") == "204_5"
+    assert normalize_answer("$\\boxed{204_{5}}$") == "204_{5}"
+    assert normalize_answer("\\(x^2\\)") == "x^2"
+    assert normalize_answer("$1$ and $2$") == "$1$ and $2$"  # delimiters around parts stay
+    assert normalize_answer("\\boxed{1} + \\boxed{2}") == "\\boxed{1} + \\boxed{2}"
+    assert verdict_without_parser("204_5", "$204_{5}$") is True
+    assert verdict_without_parser("40", "$40_9$") is False
+    assert verdict_without_parser("a quotient of $\\boxed{204_5}$", "204_5") is None  # a text: parsed
+
+
+def test_plus_minus_becomes_both_values_in_the_list():
+    assert normalize_answer("x = \\frac{1 \\pm \\sqrt{5}}{2}") == (
+        "x = \\frac{1 + \\sqrt{5}}{2}, x = \\frac{1 - \\sqrt{5}}{2}")
+    assert normalize_answer("\\{0, \\pm 2\\}") == "\\{0, + 2, - 2\\}"
+    assert normalize_answer("3 \\mp \\sqrt{2}") == "3 - \\sqrt{2}, 3 + \\sqrt{2}"
+    assert normalize_answer("(1, 2)") == "(1, 2)"
+
+
+def test_degrees_inside_a_trigonometric_function_become_radians():
+    assert normalize_answer("\\sin 15^\\circ") == "\\sin \\frac{15\\pi}{180}"
+    assert normalize_answer("\\tan(75^{\\circ})") == "\\tan(\\frac{75\\pi}{180})"
+    assert normalize_answer("30^\\circ, 150^\\circ") == "30, 150"  # angles as answers stay numbers
+
+
 def test_percent_signs_come_off_only_at_the_end():
     assert without_percent("33.33\\%") == "33.33"
     assert without_percent("28 percent") == "28"
@@ -101,3 +126,8 @@ def test_normalisation_is_linear_on_hostile_input():
     assert normalize_answer(spaces) == spaces
     assert canonical_integer("1" + " \\," * 100_000) == "1"
     assert without_percent("\\text{" + " " * 200_000) == "\\text{" + " " * 200_000
+    assert normalize_answer("^" + " " * 200_000 + "x") == "^" + " " * 200_000 + "x"  # was quadratic
+    assert normalize_answer("\\sin" + " " * 200_000 + "1") == "\\sin" + " " * 200_000 + "1"
+    assert normalize_answer("\\pm" + "," * 200_000).count(",") == 200_001
+    nested = "\\boxed{" * 100_000 + "1" + "}" * 100_000
+    assert normalize_answer(nested) == nested[3 * len("\\boxed{") : -3]  # a few layers, not all

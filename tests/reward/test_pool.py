@@ -26,6 +26,27 @@ def test_an_overrunning_call_is_killed_at_the_deadline_and_the_pool_carries_on()
     assert elapsed < 10  # two kills, not two minutes of sleep
 
 
+def test_a_cpu_limit_kills_a_call_that_computes_too_long_but_not_one_that_waits():
+    """The CPU limit bounds the work a call does: a call that computes past it is killed, one
+    that spends longer on the clock without computing (as a check starved of CPU on a loaded
+    machine does) is not; the wall-clock deadline still bounds both."""
+    with DeadlinePool("tests.reward.busy:spin", workers=1, deadline_s=30, cpu_limit_s=0.3) as pool:
+        (computing,) = pool.map([(5.0,)])
+        (short,) = pool.map([(0.05,)])
+    with DeadlinePool("time:sleep", workers=1, deadline_s=30, cpu_limit_s=0.3) as pool:
+        (waiting,) = pool.map([(1.0,)])
+    assert computing.timed_out and computing.cpu_seconds is None
+    assert computing.seconds < 5.0  # killed long before its five CPU seconds
+    assert not waiting.timed_out and waiting.seconds >= 1.0
+    assert waiting.cpu_seconds < 0.3
+    assert 0.05 <= short.value <= short.cpu_seconds
+
+
+def test_rejects_a_cpu_limit_beyond_the_deadline():
+    with pytest.raises(ValueError, match="cpu_limit_s"):
+        DeadlinePool("math:sqrt", deadline_s=1.0, cpu_limit_s=2.0)
+
+
 def test_an_exception_is_an_outcome_not_a_raise():
     with DeadlinePool("math:sqrt", workers=1) as pool:
         bad, good = pool.map([(-1.0,), (4.0,)])

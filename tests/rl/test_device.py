@@ -29,7 +29,7 @@ def test_model_and_engine_device_settings(tmp_path):
     assert config.model.device == "auto" and config.rollout.engine_device is None
     config = load_config(recipe, ["model.device=cuda:1", "rollout.engine_device=cpu"])
     assert config.model.device == "cuda:1" and config.rollout.engine_device == "cpu"
-    with pytest.raises(ConfigError, match=r"model.device: string should match pattern .* \(got 'gpu'\)"):
+    with pytest.raises(ConfigError, match=r"model.device: device must be 'auto' .* or 'cuda:N' \(got 'gpu'\)"):
         load_config(recipe, ["model.device=gpu"])
     with pytest.raises(ConfigError, match="rollout.engine_device"):
         load_config(recipe, ["rollout.engine_device=tpu"])
