@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from pydantic import ValidationError
 
 from rstar2.cli.app import app, fail
 from rstar2.cli.options import RecipeDevice, announce_device
+from rstar2.cli.train import refuse_missing_logger
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 NAMED_RECIPES = {"cpu-demo": RECIPES / "cpu-demo.yaml", "gsm8k": RECIPES / "gsm8k-cpu.yaml"}
@@ -33,16 +35,17 @@ def demo(
     from rstar2.data import DataError
     from rstar2.demo.gsm8k import SECTION, run_gsm8k
     from rstar2.demo.pipeline import DemoSettings, run_demo
-    from rstar2.rl.config import ConfigError, read_recipe
+    from rstar2.rl.config import ConfigError, LoggingConfig, read_recipe
 
     path = NAMED_RECIPES.get(recipe, Path(recipe))
     settings = [*(overrides or []), *([f"model.device={device}"] if device else [])]
     try:
         tree = read_recipe(path, settings)
+        refuse_missing_logger(LoggingConfig.model_validate(tree.get("logging") or {}))
         announce_device(str((tree.get("model") or {}).get("device", "auto")))
         if SECTION in tree:
             run_gsm8k(path, settings + ([f"{SECTION}.sft_model={sft_model}"] if sft_model else []), name)
         else:
             run_demo(DemoSettings(recipe=str(path), name=name, overrides=settings, sft_model=sft_model))
-    except (FileExistsError, ConfigError, DataError) as error:
+    except (FileExistsError, ConfigError, DataError, ValidationError) as error:
         fail(error)

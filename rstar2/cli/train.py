@@ -47,13 +47,40 @@ def train(
     if plan:
         print_plan(config)
         return
+    refuse_missing_logger(config.logging)
     announce_device(config.model.device)
     try:
         final = run_training(config, resume=resume)
+    except DataError as error:  # data.train or data.keep_ids
+        fail(f"{error}{training_data_hint(config)}")
     except (RunExists, ImportError, PlacementError, UnknownArchitecture, UnsupportedPlacement,
-            SandboxServicesDown, DataError) as error:
-        fail(error)  # ImportError: an extra is missing; DataError: data.train or data.keep_ids
+            SandboxServicesDown) as error:
+        fail(error)  # ImportError: an extra is missing
     typer.echo(f"done: metrics in {config.run_dir / 'metrics.jsonl'}, trained model in {final}")
+
+
+def refuse_missing_logger(logging) -> None:
+    """Stop in one line, before any model loads, when a logger the recipe asks for (TensorBoard,
+    Weights & Biases) is not installed."""
+    from rstar2.rl.runlog import missing_logger
+
+    problem = missing_logger(logging)
+    if problem is not None:
+        fail(problem)
+
+
+def training_data_hint(config) -> str:
+    """What to do about a missing ``data.train``: a file under the runs folder is written by an
+    earlier run (``recipes/cpu-demo.yaml`` trains on what ``rstar2 demo`` writes); any other is
+    the user's to point at their problems."""
+    train = Path(config.data.train)
+    if train.exists():
+        return ""
+    yours = "point data.train at your own problems (--set data.train=PATH, JSONL rows of id, problem, answer)"
+    if Path(config.runs_dir).resolve() in train.resolve().parents:
+        return ("; it is written by an earlier run (recipes/cpu-demo.yaml trains on what `rstar2 demo` "
+                f"writes): run that first, or {yours}")
+    return f"; {yours}"
 
 
 def print_plan(config) -> None:

@@ -6,6 +6,10 @@ and TensorBoard / Weights & Biases when asked for.
     log.rollouts(step, rows)                 # the step's sampled trajectories with RoC verdicts
     log.close()
 
+``missing_logger`` names a logger the config asks for whose package is not installed, so that a
+command refuses the run in one line before it loads a model, rather than when the trainer opens
+its logs.
+
 ``metrics.jsonl`` holds one object per completed step (``{"step": N, ...metrics}``), appended
 and flushed as each step ends. A run resumed from the checkpoint of step s first drops any
 line of a later step (written by the killed run after its last checkpoint), so the file
@@ -14,6 +18,7 @@ always describes one run.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -22,6 +27,12 @@ from pathlib import Path
 from rich.console import Console
 
 from rstar2.rl.config import LoggingConfig
+
+LOGGER_PACKAGES = {
+    "tensorboard": ("tensorboard", "tensorboard"),
+    "wandb_project": ("wandb", "wandb"),
+}
+"""Per logging field: the package it needs and the rstar2 extra that installs it."""
 
 CONSOLE_FIELDS = (
     ("reward/accuracy", "acc", "{:.2f}"),
@@ -100,12 +111,24 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     return sorted(rows, key=lambda row: row["step"])
 
 
+def missing_logger(config: LoggingConfig) -> str | None:
+    """Why a logger ``config`` asks for cannot run (its package is not installed), else None."""
+    for field, (package, extra) in LOGGER_PACKAGES.items():
+        if getattr(config, field) and importlib.util.find_spec(package) is None:
+            return logger_package_error(field)
+    return None
+
+
+def logger_package_error(field: str) -> str:
+    package, extra = LOGGER_PACKAGES[field]
+    return f"logging.{field} needs the {package} package: pip install 'rstar2[{extra}]'"
+
+
 def open_tensorboard(run_dir: Path):
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError as error:
-        raise RuntimeError("logging.tensorboard needs the tensorboard package "
-                           "(pip install tensorboard)") from error
+        raise RuntimeError(logger_package_error("tensorboard")) from error
     return SummaryWriter(str(run_dir / "tensorboard"))
 
 
@@ -113,6 +136,6 @@ def open_wandb(project: str, run_dir: Path, run_config: Mapping | None):
     try:
         import wandb
     except ImportError as error:
-        raise RuntimeError("logging.wandb_project needs the wandb package (pip install wandb)") from error
+        raise RuntimeError(logger_package_error("wandb_project")) from error
     return wandb.init(project=project, name=run_dir.name, dir=str(run_dir), config=dict(run_config or {}),
                       resume="allow", id=run_dir.name)

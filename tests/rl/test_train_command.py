@@ -40,3 +40,29 @@ def test_bad_training_data_is_refused_in_one_line_before_anything_is_written(set
     errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and named in errors[0], result.output
     assert not (tmp_path / "runs").exists()  # nothing written
+
+
+def test_the_demo_recipe_without_the_demo_data_says_where_the_data_comes_from(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a fresh checkout: no runs/ yet
+    result = CliRunner().invoke(app, ["train", str(REPO / "recipes" / "cpu-demo.yaml")])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
+    errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, result.output
+    assert "runs/cpu-demo/data/rl_train.jsonl: no such file" in errors[0]
+    assert "`rstar2 demo`" in errors[0] and "--set data.train=PATH" in errors[0]
+
+
+@pytest.mark.parametrize("setting, package", [("logging.tensorboard=true", "tensorboard"),
+                                              ("logging.wandb_project=rstar2", "wandb")])
+@pytest.mark.parametrize("verb", ["train", "demo"])
+def test_a_logger_whose_package_is_missing_is_refused_before_any_model_loads(verb, setting, package,
+                                                                             tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, package, None)  # as if not installed, also where it is
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *args: None if name == package else object())
+    arguments = [str(REPO / "recipes" / "cpu-demo.yaml")] if verb == "train" else []
+    result = CliRunner().invoke(app, [verb, *arguments, "--set", setting, "--set", f"runs_dir={tmp_path}"])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    field = setting.split("=")[0]
+    # the only line: before the device note, the tokenizer and the model
+    assert result.output.strip() == f"error: {field} needs the {package} package: pip install 'rstar2[{package}]'"
+    assert list(tmp_path.iterdir()) == []
