@@ -16,7 +16,11 @@ default signal-based 5 s timeouts) in the same run:
    p50/p99/max and outputs per second, in one process, through the one-worker deadline pool
    that `score` uses, and as a batch on all cores (twice: parse caches start cold, then warm,
    as across the steps of a training run);
-3. hostile inputs: wall-clock cost of each, with rstar2's 2 s deadline and with plain
+3. the deadline's margin: the slowest symbolic checks of the data above (answer_equiv both
+   ways, the Qwen outputs against each gold form, the gold answers against themselves), each
+   timed again alone in a fresh worker (its first check: the costliest case, as after a
+   replacement), in CPU seconds against the CPU limit `DEFAULT_DEADLINE_S`;
+4. hostile inputs: wall-clock cost of each, with rstar2's deadline and with plain
    math-verify.
 """
 
@@ -36,8 +40,9 @@ from math_verify import parse, verify
 
 from rstar2.reward import Grader, extract_answer
 from rstar2.reward.equivalence import equivalent, symbolically_equivalent
-from rstar2.reward.grading import WARMUP_PAIRS
-from rstar2.reward.pool import available_cores
+from rstar2.reward.grading import DEFAULT_DEADLINE_S, EQUIVALENCE_CHECK, WARMUP_PAIRS
+from rstar2.reward.normalize import verdict_without_parser
+from rstar2.reward.pool import DeadlinePool, available_cores
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("RSTAR2_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -196,6 +201,38 @@ def report_batch(name: str, count: int, seconds: float) -> None:
     print(f"{name:41} {count / seconds:7.0f} outputs/s ({seconds:.2f} s for {count})")
 
 
+def symbolic_pairs() -> list[tuple[str, str, str]]:
+    """(name, pred, gold) of every pair of the agreement data that reaches a worker."""
+    pairs = []
+    for row in read_rows("answer_equiv/answer_equiv.jsonl"):
+        pairs += [(f"answer_equiv {row['id']}", row["pred"], row["gold"]),
+                  (f"answer_equiv {row['id']} reversed", row["gold"], row["pred"])]
+    for row in read_rows("math_cot_samples/qwen25_math_cot_100x8.jsonl"):
+        pred = extract_answer(row["response"], require_answer_tag=False)
+        pairs += [(f"{row['id']}, gold {form}", pred, template.format(row["answer"]))
+                  for form, template in GOLD_FORMS.items()]
+    for row in read_rows("math500/math500.jsonl") + read_rows("hmmt_feb2025/hmmt_feb2025.jsonl"):
+        pairs.append((f"{row['id']} against itself", row["answer"], row["answer"]))
+    return [(name, pred, gold) for name, pred, gold in pairs
+            if isinstance(gold, str) and verdict_without_parser(pred, gold) is None]
+
+
+def deadline_margin(slowest: int = 5) -> None:
+    pairs = symbolic_pairs()
+    with DeadlinePool(EQUIVALENCE_CHECK, workers=available_cores(), deadline_s=600, warmup=WARMUP_PAIRS) as pool:
+        outcomes = pool.map([(pred, gold) for _, pred, gold in pairs])
+    ranked = sorted(zip(outcomes, pairs), key=lambda item: -(item[0].cpu_seconds or 0.0))[:slowest]
+    print(f"{len(pairs)} symbolic checks in warm workers; the slowest, each again in a fresh worker:")
+    worst = 0.0
+    for warm, (name, pred, gold) in ranked:
+        with DeadlinePool(EQUIVALENCE_CHECK, workers=1, deadline_s=600, warmup=WARMUP_PAIRS) as fresh:
+            (cold,) = fresh.map([(pred, gold)])
+        worst = max(worst, cold.cpu_seconds or 0.0)
+        print(f"  {name:42} warm {warm.cpu_seconds:5.2f} s CPU   fresh {cold.cpu_seconds:5.2f} s CPU "
+              f"({cold.seconds:5.2f} s wall)   equal={cold.value}")
+    print(f"CPU limit {DEFAULT_DEADLINE_S} s: {DEFAULT_DEADLINE_S / worst:.1f} times the slowest fresh check")
+
+
 def hostile_costs() -> None:
     with Grader(workers=1) as grader:
         grader.compare_many([("1", "\\frac{2}{2}")])
@@ -226,6 +263,8 @@ def main() -> None:
         agreement_gold_answers(grader)
     section("speed on 800 real outputs (extraction + verification)")
     speed(read_rows("math_cot_samples/qwen25_math_cot_100x8.jsonl"))
+    section("the deadline's margin: the slowest symbolic checks, in CPU seconds")
+    deadline_margin()
     if not args.skip_hostile:
         section("hostile inputs (pred against gold \\frac{1}{7})")
         hostile_costs()
