@@ -55,12 +55,13 @@ WARMUP_PAIRS = (
     ("10\\%", "0.1"),
     ("\\text{(C)}", "C"),
     ("3 + 2i", "2i + 3"),
-    ("F_n = \\sum_{k=0}^{n-2} F_k F_{n-k-2}", "F_n = \\sum_{k=0}^{n-1} F_k F_{n-k-1}"),
+    ("a_n = \\sum_{k=1}^{n} a_{k-1} a_{n-k}", "a_n = \\sum_{k=0}^{n-1} a_k a_{n-1-k}"),
 )
 """One (pred, gold) pair per kind of comparison, checked once in the process the workers are
 forked from, so that sympy's lazy imports and first-call costs are paid once, not per worker.
-The sums pay for summation's imports and Bernoulli numbers here, which would otherwise fall on
-the first check with a sum in every fresh worker (docs/benchmarks.md has the difference)."""
+The recurrence (a sum over k, not one of the test data's) pays for summation's imports and
+Bernoulli numbers here, which would otherwise fall on the first check with a sum in every fresh
+worker (docs/benchmarks.md has the difference)."""
 
 
 @dataclass(frozen=True)
