@@ -10,7 +10,8 @@ What is here:
 - `unwrap_math`: an answer written whole inside `$...$`, `\\(...\\)`, `\\[...\\]` or `\\boxed{}`,
   without that wrapper, so that `$204_5$` is read as `204_5`;
 - `normalize_answer`: rewrites of a bare answer that math-verify's own LaTeX normaliser lacks
-  (space or `{,}` thousands separators, `\\$`, degree signs, trailing `.` or `\\`, and `\\pm`,
+  (space or `{,}` thousands separators, `\\$`, degree signs, trailing `.` or `\\`, "and" or
+  `\\lor` between a list's answers, and `\\pm`,
   which its grammar reads only outside a fraction: `\\frac{1 \\pm \\sqrt{5}}{2}` becomes the list
   of its two values);
 - `canonical_integer`: the exact digits of an answer that is an integer in decoration (sign,
@@ -44,6 +45,10 @@ _TRIG_ARGUMENT_IN_DEGREES = re.compile(
     r"(?P<function>\\(?:sin|cos|tan|cot|sec|csc)(?![A-Za-z])(?:[\s({]|\\left|\^\{?\d\}?){0,8})"
     r"(?P<angle>\d+(?:\.\d+)?)\s*" + _DEGREES
 )
+# "and"/"or" between the answers of a list: math-verify drops `\text{and}` and reads what is
+# left between `\,` spacing as a product (`\frac{1}{2}\, \text{and}\, \frac{1}{3}` as 1/6), and
+# reads `x = \frac{1}{2} \lor x = 2` as its last equation.
+_WORD_BETWEEN_ANSWERS = re.compile(r"\\text\{\s*(?:and|or)\s*\}|\\lor(?![A-Za-z])")
 _PLUS_MINUS = re.compile(r"\\(?P<sign>pm|mp)(?![A-Za-z])")
 _SET_BRACES = ("\\{", "\\}")
 MATH_DELIMITER = re.compile(r"\\boxed|\\fbox|(?<!\\)\$|\\\(|\\\[")
@@ -85,7 +90,7 @@ def normalize_answer(answer: str) -> str:
     text = _strip_trailing_punctuation(_DEGREE_SIGN.sub("", text))
     if _SEPARATED_THOUSANDS.fullmatch(text):
         text = _THOUSANDS_SEPARATOR_ONLY.sub("", text)
-    return expand_plus_minus(text)
+    return expand_plus_minus(_WORD_BETWEEN_ANSWERS.sub(", ", text))
 
 
 def unwrap_math(answer: str) -> str:

@@ -23,6 +23,8 @@ THREE_BOXES = (
 CORRECTED = "<reason>Trying both.</reason><answer>It is $\\boxed{2}$, no: $\\boxed{3}$.</answer>"
 DEGREES = "<reason>Using the sum formula.</reason><answer>$\\boxed{\\tan 75^\\circ}$</answer>"
 SMALL_PROBABILITY = "<reason>Computed exactly.</reason><answer>$\\boxed{0.0000673}$</answer>"
+TWO_FRACTIONS = "<reason>Both work.</reason><answer>$\\boxed{\\frac{1}{2}\\, \\text{and}\\, \\frac{1}{3}}$</answer>"
+EITHER = "<reason>Two cases.</reason><answer>$\\boxed{x = \\frac{1}{2} \\lor x = 2}$</answer>"
 RECURRENCE = (
     "<reason>Split at the first return.</reason><answer>$\\boxed{F_n = \\sum_{k=0}^{n-1} "
     "F_{n-k-1} F_k}$</answer>"
@@ -48,6 +50,11 @@ CASES = {
     "tan of degrees": (DEGREES, "2 + \\sqrt{3}", True),
     # a gold written to seven decimal places was compared at six
     "seven decimal places": (SMALL_PROBABILITY, "0.0000672", False),
+    # "and" between two answers read as a product; "\lor" read as its last equation
+    "two fractions against their product": (TWO_FRACTIONS, "\\frac16", False),
+    "two fractions against both": (TWO_FRACTIONS, "\\frac{1}{3}, \\frac{1}{2}", True),
+    "either root against the second": (EITHER, "2", False),
+    "either root against both": (EITHER, "\\frac12, 2", True),
     # two sums over k: the slowest check of the labelled data, well inside the CPU limit
     "a recurrence": (RECURRENCE, "F_n = \\sum_{k=0}^{n-1} F_k F_{n-k-1}", True),
 }
