@@ -48,7 +48,7 @@ _TRIG_ARGUMENT_IN_DEGREES = re.compile(
 # "and"/"or" between the answers of a list: math-verify drops `\text{and}` and reads what is
 # left between `\,` spacing as a product (`\frac{1}{2}\, \text{and}\, \frac{1}{3}` as 1/6), and
 # reads `x = \frac{1}{2} \lor x = 2` as its last equation.
-_WORD_BETWEEN_ANSWERS = re.compile(r"\\text\{\s*(?:and|or)\s*\}|\\lor(?![A-Za-z])")
+_WORD_BETWEEN_ANSWERS = re.compile(r"(?:(?<!\\),\s*)?(?:\\text\{\s*(?:and|or)\s*\}|\\lor(?![A-Za-z]))")  # `1, 2, \text{and} 3`
 _PLUS_MINUS = re.compile(r"\\(?P<sign>pm|mp)(?![A-Za-z])")
 _SET_BRACES = ("\\{", "\\}")
 MATH_DELIMITER = re.compile(r"\\boxed|\\fbox|(?<!\\)\$|\\\(|\\\[")

@@ -100,6 +100,15 @@ def test_plus_minus_becomes_both_values_in_the_list():
     assert normalize_answer("(1, 2)") == "(1, 2)"
 
 
+def test_and_or_between_answers_is_a_list_separator():
+    def words(answer: str) -> str:
+        return " ".join(normalize_answer(answer).split())
+
+    assert words("\\frac{1}{2}\\, \\text{and}\\, \\frac{1}{3}") == "\\frac{1}{2}\\, , \\, \\frac{1}{3}"
+    assert words("19, 46, \\text{ and } 82") == "19, 46, 82"  # an Oxford comma stays one comma
+    assert words("x = 1 \\lor x = 2") == "x = 1 , x = 2"
+
+
 def test_degrees_inside_a_trigonometric_function_become_radians():
     assert normalize_answer("\\sin 15^\\circ") == "\\sin \\frac{15\\pi}{180}"
     assert normalize_answer("\\tan(75^{\\circ})") == "\\tan(\\frac{75\\pi}{180})"
@@ -128,6 +137,7 @@ def test_normalisation_is_linear_on_hostile_input():
     assert without_percent("\\text{" + " " * 200_000) == "\\text{" + " " * 200_000
     assert normalize_answer("^" + " " * 200_000 + "x") == "^" + " " * 200_000 + "x"  # was quadratic
     assert normalize_answer("\\sin" + " " * 200_000 + "1") == "\\sin" + " " * 200_000 + "1"
+    assert normalize_answer("1," + " " * 200_000 + "2") == "1," + " " * 200_000 + "2"
     assert normalize_answer("\\pm" + "," * 200_000).count(",") == 200_001
     nested = "\\boxed{" * 100_000 + "1" + "}" * 100_000
     assert normalize_answer(nested) == nested[3 * len("\\boxed{") : -3]  # a few layers, not all
