@@ -1,15 +1,16 @@
 """CPU time and page faults per call of the sandbox workers, split into worker and call children.
 
 Run:  .venv/bin/python benchmarks/sandbox_cpu_bench.py
-      .venv/bin/python benchmarks/sandbox_cpu_bench.py --worker-script /tmp/old_worker.py   (compare)
+      .venv/bin/python benchmarks/sandbox_cpu_bench.py --worker-package /tmp/old/worker   (compare)
 
 Drives a ``WorkerPool`` in this process (real bubblewrap workers, no HTTP) with a closed loop of
 trivial calls and reads, from ``/proc/PID/stat`` of each worker, its own CPU time and minor
 faults and those of its reaped children (the calls), over the loop; also the worker heap left
 in transparent huge pages (``AnonHugePages``) at the end. Page-fault counts do not depend on
 what else runs on the machine, so a change can be judged on a busy one; CPU times do, a little:
-compare two worker scripts in one run (``--worker-script``, e.g. ``git show REV:rstar2/sandbox/worker.py``)
-rather than across runs.
+compare two workers in one run (``--worker-package``, a folder named ``worker``, e.g. from
+``git archive REV rstar2/sandbox/worker | tar -x -C /tmp/old --strip-components=2``) rather than
+across runs.
 """
 
 from __future__ import annotations
@@ -94,12 +95,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--warm-calls", type=int, default=100, help="calls before the first round, not counted")
     parser.add_argument("--code", default="print(1+1)")
-    parser.add_argument("--worker-script", type=Path, default=None,
-                        help="run this worker.py instead of the package's (to compare two versions)")
+    parser.add_argument("--worker-package", type=Path, default=None,
+                        help="run this worker package (a folder named worker) instead of the "
+                             "installed one (to compare two versions)")
     args = parser.parse_args()
-    if args.worker_script is not None:
-        isolation.WORKER_SCRIPT = args.worker_script.resolve()
-    print(f"sandbox_cpu_bench: {args.workers} workers, worker {isolation.WORKER_SCRIPT}")
+    if args.worker_package is not None:
+        isolation.WORKER_PACKAGE = args.worker_package.resolve()
+    print(f"sandbox_cpu_bench: {args.workers} workers, worker {isolation.WORKER_PACKAGE}")
     asyncio.run(measure(args))
 
 

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import itertools
 import re
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -15,8 +16,8 @@ from rich.text import Text
 
 from rstar2.cli.app import app, fail
 from rstar2.cli.options import (DEFAULT_DTYPE, DEFAULT_ENGINE, DEFAULT_MODEL, AnswerTag, BaseUrl, Device,
-                                 Dtype, Engine, Model, PromptVariant, SandboxUrls, Tokenizer, announce_device,
-                                 trained_card)
+                                 DrainTimeout, Dtype, Engine, MaxRequestMb, Model, PromptVariant, SandboxUrls,
+                                 Tokenizer, announce_device, trained_card)
 
 console = Console()
 SPECIAL_TOKEN = re.compile(r"<\|[^|<>\s]+\|>")  # ChatML's <|im_end|> and the like
@@ -182,18 +183,44 @@ def serve_model(
                                          help="KV tokens the running requests may hold; more "
                                          "wait (reported at /metrics as the KV capacity). "
                                          "Default: max batch size x the model's context."),
+    max_n: int = typer.Option(None, "--max-n", min=1, metavar="N", help="Largest n of a request. "
+                              "Default: 8 x --max-batch-size."),
+    max_completion_tokens: int = typer.Option(None, "--max-completion-tokens", min=1, metavar="N",
+                                              help="Largest max_tokens of a request. Default: the "
+                                              "model's context."),
+    max_request_tokens: int = typer.Option(None, "--max-request-tokens", min=1, metavar="N", help=(
+        "Most tokens one request may ask for (n x prompts x (prompt + max_tokens)). "
+        "Default: the KV capacity.")),
+    max_inflight_tokens: int = typer.Option(None, "--max-inflight-tokens", min=1, metavar="N", help=(
+        "Most tokens all requests in flight may ask for; past it a request is answered 429. "
+        "Default: 16 x the KV capacity.")),
+    max_prompt_bytes: int = typer.Option(None, "--max-prompt-bytes", min=1, metavar="N", help=(
+        "Longest text prompt, UTF-8 bytes, checked before tokenising. Default: the context x "
+        "the longest token's bytes.")),
+    max_request_mb: MaxRequestMb = 32.0,
+    drain_timeout_s: DrainTimeout = 30.0,
+    weights_dir: Path = typer.Option(None, "--weights-dir", metavar="DIR", help=(
+        "Allow POST /update_weights_from_disk for folders under DIR (off by default); needs "
+        "--weights-token.")),
+    weights_token: str = typer.Option(None, "--weights-token", metavar="TOKEN",
+                                      envvar="RSTAR2_WEIGHTS_TOKEN", show_envvar=True, help=(
+        "Bearer token a weight update must carry (16+ characters).")),
 ) -> None:
     """Serve a model with the embedded engine over an OpenAI-compatible API (/v1/completions
     with token-id prompts, token ids and log-probs back), for `--engine openai` clients and
     fleets (its load at /metrics under vLLM's metric names). A model folder's rstar2.json (how
     it was trained to be prompted) is served in /v1/models, where rstar2 chat and eval read it.
     The model runs in this process (--engine hf, the only engine it serves: vLLM and SGLang
-    have servers of their own, which --engine openai clients use the same way)."""
-    import uvicorn
+    have servers of their own, which --engine openai clients use the same way).
 
+    Requests over the limits are refused before any work (400; 429 while the server is full);
+    a request whose client disconnects stops generating."""
+    from rstar2.engines.admission import ServeLimits
+    from rstar2.engines.disk_weights import WeightUpdates
     from rstar2.engines.hf import HFEngine, HFEngineConfig
     from rstar2.engines.loading import load_tokenizer
     from rstar2.engines.server import create_app
+    from rstar2.service import run_service
 
     if engine != "hf":
         fail(f"serve-model serves a model in this process (--engine hf), not {engine!r}: "
@@ -202,12 +229,19 @@ def serve_model(
     announce_device(device)
     try:
         card = trained_card(model, tokenizer)
+        limits = ServeLimits(max_n=max_n, max_completion_tokens=max_completion_tokens,
+                             max_request_tokens=max_request_tokens,
+                             max_inflight_tokens=max_inflight_tokens,
+                             max_prompt_bytes=max_prompt_bytes, max_request_mb=max_request_mb)
+        weights = WeightUpdates(directory=weights_dir, token=weights_token)
         config = HFEngineConfig(model=model, dtype=dtype, max_batch_size=max_batch_size,
                                 kv_budget_tokens=kv_budget_tokens, device=device)
         with console.status("loading the model"):
             served = HFEngine(config, tokenizer=load_tokenizer(tokenizer) if tokenizer else None)
     except ValueError as exc:
         fail(exc)
+    app = create_app(served, name or model, card.model_dump(mode="json") if card else None,
+                     limits, weights)
     console.print(f"serving {model!r} at http://{host}:{port}/v1")
-    uvicorn.run(create_app(served, name or model, card.model_dump(mode="json") if card else None), host=host, port=port, log_level="warning")
+    run_service(app, host, port, drain_timeout_s)
     served.shutdown()

@@ -71,6 +71,15 @@ RecipeDevice = Annotated[Optional[str], typer.Option(
     "model.device; default: the recipe's, auto unless set): " + DEVICE_HELP)]
 
 
+MaxRequestMb = Annotated[float, typer.Option(
+    "--max-request-mb", min=0.001, metavar="MIB", help="Largest HTTP request body, MiB; a "
+    "larger one is answered 413 without being read.")]
+DrainTimeout = Annotated[float, typer.Option(
+    "--drain-timeout-s", min=0.0, metavar="SECONDS", help="On SIGTERM or Ctrl-C: seconds the "
+    "requests in flight may take to finish; those still running are then aborted (each "
+    "answered 503) and the server exits.")]
+
+
 def announce_device(setting: str) -> None:
     """Say on stderr which device ``setting`` resolves to (and why, for auto); a bad or
     missing one stops the command in one line."""

@@ -7,6 +7,7 @@ import os
 import typer
 
 from rstar2.cli.app import command_group, fail
+from rstar2.cli.options import DrainTimeout, MaxRequestMb
 
 sandbox_app = command_group("sandbox", "The isolated Python execution service used for tool calls.",
                             no_args_is_help=True)
@@ -29,6 +30,8 @@ def serve(
                                    help="Calls that may wait for a worker; beyond it the service answers 503."),
     unsafe_no_isolation: bool = typer.Option(False, "--unsafe-no-isolation",
                                              help="Run code WITHOUT bubblewrap (no namespaces): only for trusted code."),
+    max_request_mb: MaxRequestMb = 8.0,
+    drain_timeout_s: DrainTimeout = 10.0,
 ) -> None:
     """Start the sandbox service: POST /run, POST /run_batch, GET /health, GET /metrics, /docs.
 
@@ -36,9 +39,10 @@ def serve(
     imported), inside bubblewrap (no network, private PID/IPC/tmp, read-only system) with
     rlimits and a deadline that kills the call's whole process tree.
     """
-    from rstar2.sandbox.isolation import IsolationUnavailable, WorkerLimits
+    from rstar2.sandbox.isolation import IsolationUnavailable
     from rstar2.sandbox.pool import PoolConfig
     from rstar2.sandbox.server import serve as serve_forever
+    from rstar2.sandbox.worker.limits import WorkerLimits
 
     limits = WorkerLimits(memory_mb=memory_mb, max_procs=max_procs, output_cap=output_kb * 1024)
     config = PoolConfig(
@@ -49,6 +53,8 @@ def serve(
         isolated=not unsafe_no_isolation,
         port=port,
         limits=limits,
+        max_request_mb=max_request_mb,
+        drain_timeout_s=drain_timeout_s,
     )
     try:
         serve_forever(config, host=host)

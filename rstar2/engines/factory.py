@@ -129,6 +129,11 @@ class MemberSpec(BaseModel):
         default_factory=dict, description="'vllm': more vllm.AsyncEngineArgs, e.g. "
         "{gpu_memory_utilization: 0.9, max_model_len: 20480}.")
     base_url: str | None = Field(None, description="'openai': the server's URL.")
+    weights_dir: str | None = Field(None, description="'openai': where weights are written for "
+                                    "the server to load: a directory it reads and allows "
+                                    "(serve-model --weights-dir); the token is read from "
+                                    "RSTAR2_WEIGHTS_TOKEN. None: the system's temporary "
+                                    "directory.")
     kv_budget_tokens: int | None = Field(None, ge=1, description="'hf': KV tokens its running "
                                          "requests may hold (its capacity as the scheduler "
                                          "sees it); None: max_batch_size x the context.")
@@ -157,7 +162,7 @@ def open_fleet(members: Sequence[MemberSpec], scheduler: str, *, model: str, dty
     for index, spec in enumerate(members):
         name = f"member{index}"
         if spec.kind == "openai":
-            built.append(HTTPMember(spec.base_url, name=name))
+            built.append(HTTPMember(spec.base_url, name=name, weights_dir=spec.weights_dir))
             continue
         if spec.ray:
             built.append(ray_member(spec, name, model=model, dtype=dtype, seed=seed + index))

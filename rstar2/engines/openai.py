@@ -9,11 +9,14 @@ For log-probs that match ``engines.base`` (temperature applied), start vLLM with
 ``--logprobs-mode processed_logprobs``; its default reports the raw model's log-probs.
 
 Each ``generate`` call is one HTTP request; concurrent rollouts make concurrent requests and
-the server batches them.
+the server batches them. A server at its limit of work in flight answers 429; the request is
+then sent again after the server's ``Retry-After``, for as long as the client's timeout.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
@@ -39,6 +42,7 @@ class OpenAIEngine:
                  timeout_s: float = 600.0, max_connections: int = 256):
         self.base_url = api_base(base_url)
         self.model = model
+        self.timeout_s = timeout_s
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.http = httpx.AsyncClient(
             timeout=timeout_s, headers=headers,
@@ -80,16 +84,32 @@ class OpenAIEngine:
 
     async def request(self, method: str, path: str, **kwargs) -> dict:
         url = self.base_url + path
-        try:
-            response = await self.http.request(method, url, **kwargs)
-        except httpx.HTTPError as exc:
-            raise EngineError(f"cannot reach {url}: {exc}") from exc
+        give_up = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                response = await self.http.request(method, url, **kwargs)
+            except httpx.HTTPError as exc:
+                raise EngineError(f"cannot reach {url}: {exc}") from exc
+            wait = retry_after(response)
+            if wait is None or time.monotonic() + wait > give_up:
+                break
+            await asyncio.sleep(wait)
         if response.status_code >= 400:
             raise EngineError(f"{url} answered {response.status_code}: {response.text[:500]}")
         return response.json()
 
     async def close(self) -> None:
         await self.http.aclose()
+
+
+def retry_after(response: httpx.Response) -> float | None:
+    """Seconds to wait before sending a request the server found no room for (429), else None."""
+    if response.status_code != 429:
+        return None
+    try:
+        return max(0.0, float(response.headers.get("Retry-After", "1")))
+    except ValueError:
+        return 1.0
 
 
 def completion(choice: dict) -> Completion:

@@ -9,7 +9,9 @@ The subset of the API that token-in/token-out rollouts use, with vLLM's extensio
   ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
   ``vllm:num_preemptions_total``), so a fleet reads this server and vLLM alike;
 * ``POST /update_weights_from_disk`` with ``{"model_path": dir}`` (SGLang's route): load the
-  ``*.safetensors`` weights in ``dir`` (a trainer's push between RL steps);
+  ``*.safetensors`` weights in ``dir`` (a trainer's push between RL steps); off unless the
+  operator allows a directory and sets a token, and refused unless every tensor is one of
+  the model's parameters (``engines.disk_weights``);
 * ``POST /v1/completions`` with ``prompt`` as text, token ids, or a list of either; ``n``,
   ``max_tokens``, ``temperature``, ``top_p``, ``stop``; vLLM's ``stop_token_ids``,
   ``ignore_eos``, ``return_token_ids`` (adds ``token_ids``/``prompt_token_ids`` to each
@@ -18,23 +20,32 @@ The subset of the API that token-in/token-out rollouts use, with vLLM's extensio
   (``top_logprobs``) are not computed. No streaming.
 
 Log-probs follow ``engines.base`` (temperature-scaled distribution).
+
+Hardened as ``rstar2.service`` describes (one error shape, a body limit, work cancelled when
+its client leaves, a bounded drain at shutdown), with the request limits of
+``engines.admission`` (400/429 before any work). Text prompts are tokenised in a thread, so a
+long one never stalls ``/health`` or ``/metrics``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
-from pathlib import Path
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi import FastAPI, Header
+from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from pydantic import BaseModel, ConfigDict, Field
 
+from rstar2.engines.admission import Admission, Limits, ServeLimits
 from rstar2.engines.base import Completion, SamplingParams
+from rstar2.engines.disk_weights import WeightUpdates, check_matches, read_weights
 from rstar2.engines.hf import HFEngine
+from rstar2.service import ServiceError, guard
+
+MIB = 1 << 20
 
 
 class CompletionRequest(BaseModel):
@@ -46,8 +57,8 @@ class CompletionRequest(BaseModel):
     prompt: str | list[str] | list[int] | list[list[int]] = Field(
         description="Text, token ids, or a batch of either.")
     max_tokens: int = Field(16, ge=1)
-    temperature: float = Field(1.0, ge=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    temperature: float = Field(1.0, ge=0.0, allow_inf_nan=False)
+    top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False)
     n: int = Field(1, ge=1)
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
@@ -57,10 +68,6 @@ class CompletionRequest(BaseModel):
     return_token_ids: bool = False
     return_tokens_as_token_ids: bool = False
     stream: bool = False
-
-
-class InvalidRequest(ValueError):
-    pass
 
 
 class WeightsRequest(BaseModel):
@@ -100,34 +107,19 @@ class LoadCollector:
         yield cache
 
 
-def read_weights(folder: Path) -> dict:
-    """Every tensor of the ``*.safetensors`` files in ``folder``."""
-    from safetensors.torch import load_file
-
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise ValueError("no *.safetensors file there")
-    state = {}
-    for file in files:
-        state.update(load_file(str(file)))
-    return state
-
-
-def create_app(engine: HFEngine, model_name: str, card: dict | None = None) -> FastAPI:
+def create_app(engine: HFEngine, model_name: str, card: dict | None = None,
+               limits: ServeLimits | None = None, weights: WeightUpdates | None = None) -> FastAPI:
     """The HTTP app serving ``engine`` under the name ``model_name``; ``card`` (the model's
-    ``rstar2.json``, how it was trained to be prompted) goes into its ``/v1/models`` entry."""
-    app = FastAPI(title="rstar2 model server")
+    ``rstar2.json``, how it was trained to be prompted) goes into its ``/v1/models`` entry.
+    ``limits``: what requests may ask (default: sized to the engine); ``weights``: whether and
+    from where ``/update_weights_from_disk`` loads (default: off)."""
+    limits = limits or ServeLimits()
+    weights = weights or WeightUpdates()
+    admission = Admission(Limits.sized(limits, engine))
+    app = guard(FastAPI(title="rstar2 model server"),
+                max_body_bytes=int(limits.max_request_mb * MIB), validation_status=400)
+    app.state.admission = admission
     tokenizer = engine.tokenizer
-
-    @app.exception_handler(InvalidRequest)
-    @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: Exception) -> JSONResponse:
-        message = str(exc)
-        if isinstance(exc, RequestValidationError):
-            message = "; ".join(f"{'.'.join(map(str, e['loc'][1:]))}: {e['msg']}"
-                                for e in exc.errors())
-        return JSONResponse(status_code=400, content={
-            "error": {"message": message, "type": "invalid_request_error"}})
 
     @app.get("/health")
     async def health() -> dict:
@@ -145,28 +137,37 @@ def create_app(engine: HFEngine, model_name: str, card: dict | None = None) -> F
         return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
 
     @app.post("/update_weights_from_disk")
-    async def update_weights_from_disk(body: WeightsRequest) -> dict:
+    async def update_weights_from_disk(body: WeightsRequest,
+                                       authorization: str | None = Header(None)) -> dict:
+        weights.authorize(authorization)
+        state = await asyncio.to_thread(read_weights, weights.folder(body.model_path))
+        check_matches(engine.model, state)
         try:
-            state = read_weights(Path(body.model_path))
             await engine.update_weights(state)
-        except (OSError, RuntimeError, ValueError) as exc:
-            raise InvalidRequest(f"cannot load weights from {body.model_path}: {exc}") from exc
+        except RuntimeError as exc:  # requests in flight
+            raise ServiceError(f"cannot load weights now: {exc}", 409) from exc
         return {"success": True, "message": f"loaded {len(state)} tensors"}
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest) -> dict:
         if body.stream:
-            raise InvalidRequest("streaming is not supported")
+            raise ServiceError("streaming is not supported")
         if body.model is not None and body.model != model_name:
-            raise InvalidRequest(f"unknown model {body.model!r}; this server has {model_name!r}")
-        prompts = [p for p in prompt_ids(body.prompt, tokenizer) for _ in range(body.n)]
-        try:
-            outputs = await engine.generate(prompts, sampling_params(body))
-        except ValueError as exc:
-            raise InvalidRequest(str(exc)) from exc
-        choices = [choice(i, out, prompts[i], body, tokenizer) for i, out in enumerate(outputs)]
+            raise ServiceError(f"unknown model {body.model!r}; this server has {model_name!r}")
+        batch = prompt_batch(body.prompt)
+        admission.check_request(body.n, body.max_tokens, [p for p in batch if isinstance(p, str)],
+                                len(batch))
+        prompts = (await asyncio.to_thread(tokenized, batch, tokenizer)
+                   if any(isinstance(p, str) for p in batch) else batch)
+        with admission.reserved(admission.cost(prompts, body.n, body.max_tokens)):
+            copies = [p for p in prompts for _ in range(body.n)]
+            try:
+                outputs = await engine.generate(copies, sampling_params(body))
+            except ValueError as exc:
+                raise ServiceError(str(exc)) from exc
+        choices = [choice(i, out, copies[i], body, tokenizer) for i, out in enumerate(outputs)]
         completion_tokens = sum(len(o.token_ids) for o in outputs)
-        prompt_tokens = sum(map(len, prompts[:: body.n]))
+        prompt_tokens = sum(map(len, prompts))
         return {
             "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
             "created": int(time.time()), "model": model_name, "choices": choices,
@@ -177,17 +178,23 @@ def create_app(engine: HFEngine, model_name: str, card: dict | None = None) -> F
     return app
 
 
-def prompt_ids(prompt, tokenizer) -> list[list[int]]:
-    """The request's prompts as token-id lists (text is tokenised without special tokens
-    added, as the text already carries whatever the chat template put there)."""
+def prompt_batch(prompt) -> list[str | list[int]]:
+    """The request's prompts, each a text or a token-id list."""
     if isinstance(prompt, str):
-        return [tokenizer.encode(prompt, add_special_tokens=False)]
+        return [prompt]
     if not prompt:
-        raise InvalidRequest("prompt is empty")
+        raise ServiceError("prompt is empty")
     if all(isinstance(t, int) for t in prompt):
         return [list(prompt)]
-    return [p if isinstance(p, list) else tokenizer.encode(p, add_special_tokens=False)
-            for p in prompt]
+    return list(prompt)
+
+
+def tokenized(batch: list[str | list[int]], tokenizer) -> list[list[int]]:
+    """Token ids of every prompt (text is tokenised without special tokens added, as it
+    already carries whatever the chat template put there). Run in a thread: long text takes
+    a while."""
+    return [tokenizer.encode(p, add_special_tokens=False) if isinstance(p, str) else p
+            for p in batch]
 
 
 def sampling_params(body: CompletionRequest) -> SamplingParams:

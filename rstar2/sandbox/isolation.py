@@ -24,11 +24,12 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-from dataclasses import dataclass
 from pathlib import Path
 
-WORKER_SCRIPT = Path(__file__).with_name("worker.py")
-WORKER_PATH_INSIDE = "/opt/rstar2/worker.py"
+from rstar2.sandbox.worker.limits import WorkerLimits
+
+WORKER_PACKAGE = Path(__file__).with_name("worker")  # run as `python -m worker` from its parent
+WORKER_PATH_INSIDE = "/opt/rstar2/worker"
 # glibc malloc with transparent huge pages makes the warm worker's heap a few dozen huge
 # pages instead of thousands of small ones, which makes fork + exit of a call cheaper.
 WORKER_ENV = {"PATH": "/usr/bin:/bin", "PYTHONMALLOC": "malloc", "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
@@ -39,18 +40,6 @@ ETC_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives")
 
 class IsolationUnavailable(RuntimeError):
     """bubblewrap is missing or cannot create namespaces here."""
-
-
-@dataclass(frozen=True)
-class WorkerLimits:
-    """Per-call limits, passed to every worker."""
-
-    memory_mb: int = 1024
-    max_procs: int = 64
-    max_files: int = 256
-    file_mb: int = 64
-    tmp_mb: int = 256
-    output_cap: int = 65536
 
 
 def python_paths() -> list[str]:
@@ -111,9 +100,9 @@ def bwrap_command(limits: WorkerLimits) -> list[str]:
         args += ["--perms", "0755", "--dir", parent]  # bwrap would make them 0700: untraversable
     for path in python:
         args += ["--ro-bind", path, path]
-    args += ["--ro-bind", str(WORKER_SCRIPT), WORKER_PATH_INSIDE]
+    args += ["--ro-bind", str(WORKER_PACKAGE), WORKER_PATH_INSIDE]
     args += ["--proc", "/proc", "--dev", "/dev"]
-    args += ["--chdir", "/tmp"]
+    args += ["--chdir", os.path.dirname(WORKER_PATH_INSIDE)]  # where `-m worker` finds it
     if os.geteuid() == 0:
         args += ["--cap-drop", "ALL"]
         for cap in ROOT_CAPABILITIES:
@@ -124,15 +113,18 @@ def bwrap_command(limits: WorkerLimits) -> list[str]:
 
 
 def worker_command(limits: WorkerLimits, uid: int | None, isolated: bool) -> list[str]:
-    """argv that starts one warm worker."""
-    script = WORKER_PATH_INSIDE if isolated else str(WORKER_SCRIPT)
-    argv = [sys.executable, "-s", "-B", script]  # not -I: it would ignore PYTHONMALLOC
-    argv += ["--memory-mb", str(limits.memory_mb), "--max-procs", str(limits.max_procs)]
-    argv += ["--max-files", str(limits.max_files), "--file-mb", str(limits.file_mb)]
-    argv += ["--output-cap", str(limits.output_cap)]
+    """argv that starts one warm worker, to run in ``worker_directory(isolated)``."""
+    argv = [sys.executable, "-s", "-B", "-m", WORKER_PACKAGE.name]  # not -I: it would ignore PYTHONMALLOC
+    argv += ["--limits", limits.to_json()]
     if uid is not None:
         argv += ["--uid", str(uid)]
     return (bwrap_command(limits) + argv) if isolated else argv
+
+
+def worker_directory(isolated: bool) -> str | None:
+    """The directory a worker is started in: the worker package's parent, where ``-m worker``
+    finds it (bubblewrap changes to its mount point itself)."""
+    return None if isolated else str(WORKER_PACKAGE.parent)
 
 
 def check_isolation(limits: WorkerLimits) -> None:

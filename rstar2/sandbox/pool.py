@@ -22,10 +22,11 @@ import struct
 import time
 from dataclasses import dataclass, field
 
-from rstar2.sandbox.isolation import WORKER_ENV, WorkerLimits, call_uids, worker_command
+from rstar2.sandbox.isolation import WORKER_ENV, call_uids, worker_command, worker_directory
 from rstar2.sandbox.metrics import SandboxMetrics
 from rstar2.sandbox.protocol import RunRequest, RunResult
-from rstar2.sandbox.worker import child_pids_of
+from rstar2.sandbox.worker.limits import WorkerLimits
+from rstar2.sandbox.worker.procs import child_pids_of
 
 log = logging.getLogger("rstar2.sandbox")
 
@@ -39,6 +40,8 @@ class QueueFull(Exception):
 
 @dataclass(frozen=True)
 class PoolConfig:
+    """The service's settings (``rstar2 sandbox serve`` options of the same names)."""
+
     workers: int = 4
     default_timeout_s: float = 4.0
     max_timeout_s: float = 60.0
@@ -46,6 +49,8 @@ class PoolConfig:
     isolated: bool = True
     port: int = 8070
     limits: WorkerLimits = field(default_factory=WorkerLimits)
+    max_request_mb: float = 8.0  # largest HTTP request body (a batch of calls); larger: 413
+    drain_timeout_s: float = 10.0  # on SIGTERM: time the calls in flight get before 503
 
 
 @dataclass
@@ -56,7 +61,7 @@ class Job:
 
 
 class Worker:
-    """One worker process and the pipe protocol to it (see worker.py)."""
+    """One worker process and the pipe protocol to it (see ``rstar2.sandbox.worker``)."""
 
     def __init__(self, argv: list[str], isolated: bool):
         self.argv = argv
@@ -65,7 +70,8 @@ class Worker:
 
     async def start(self) -> None:
         self.process = await asyncio.create_subprocess_exec(
-            *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=WORKER_ENV
+            *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=WORKER_ENV,
+            cwd=worker_directory(self.isolated),
         )
         ready = await asyncio.wait_for(self.receive(), START_TIMEOUT_S)
         if not ready.get("ready"):

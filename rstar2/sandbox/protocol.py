@@ -30,6 +30,7 @@ class RunRequest(BaseModel):
     timeout_s: float | None = Field(
         None,
         gt=0,
+        allow_inf_nan=False,
         description="Wall-clock deadline in seconds; the server's default when omitted, "
         "capped at its maximum.",
     )

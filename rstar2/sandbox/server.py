@@ -7,7 +7,10 @@
 * ``GET  /metrics``    Prometheus text
 
 When the queue cannot take a request (or a whole batch) the answer is an immediate 503 with
-``Retry-After``; clients back off and retry.
+``Retry-After``; clients back off and retry. A request larger than ``max_request_mb`` is
+answered 413 unread, a malformed one (a non-finite ``timeout_s``) 422, every error in the
+shape ``rstar2.service`` gives all three services; a call whose client disconnects while it
+waits in the queue is dropped, and SIGTERM drains within ``drain_timeout_s`` (``run_service``).
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ import asyncio
 import json
 from contextlib import asynccontextmanager
 
-import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
@@ -24,25 +26,29 @@ from rstar2.sandbox.isolation import check_isolation
 from rstar2.sandbox.metrics import SandboxMetrics
 from rstar2.sandbox.pool import PoolConfig, QueueFull, WorkerPool
 from rstar2.sandbox.protocol import BatchRequest, BatchResponse, RunRequest, RunResult
+from rstar2.service import error_response, guard, run_service
 
 RETRY_AFTER_S = 1
+MIB = 1 << 20
 
 
 def overloaded() -> JSONResponse:
-    return JSONResponse(
-        {"detail": "sandbox queue is full; retry later"},
-        status_code=503,
-        headers={"Retry-After": str(RETRY_AFTER_S)},
-    )
+    return error_response(503, "sandbox queue is full; retry later", {"Retry-After": str(RETRY_AFTER_S)})
 
 
 async def results_as_completed(futures: list[asyncio.Future]):
+    """``{"index", "result"}`` lines as calls finish; the calls not yet run are dropped when the
+    stream ends early (its client went away)."""
     index = {future: i for i, future in enumerate(futures)}
     pending = set(futures)
-    while pending:
-        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        for future in done:
-            yield json.dumps({"index": index[future], "result": future.result().model_dump()}) + "\n"
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for future in done:
+                yield json.dumps({"index": index[future], "result": future.result().model_dump()}) + "\n"
+    finally:
+        for future in pending:
+            future.cancel()
 
 
 def create_app(config: PoolConfig) -> FastAPI:
@@ -63,6 +69,7 @@ def create_app(config: PoolConfig) -> FastAPI:
         description="Isolated, high-throughput execution of model-written Python.",
         lifespan=lifespan,
     )
+    guard(app, max_body_bytes=int(config.max_request_mb * MIB))
     app.state.pool = pool
 
     @app.post("/run", response_model=RunResult, responses={503: {"description": "queue full"}})
@@ -103,7 +110,7 @@ def create_app(config: PoolConfig) -> FastAPI:
     return app
 
 
-def serve(config: PoolConfig, host: str = "127.0.0.1", log_level: str = "warning") -> None:
+def serve(config: PoolConfig, host: str = "127.0.0.1") -> None:
     """Run the service until interrupted. Refuses to run unisolated unless config says so."""
     if config.isolated:
         check_isolation(config.limits)
@@ -112,7 +119,7 @@ def serve(config: PoolConfig, host: str = "127.0.0.1", log_level: str = "warning
     print(
         f"rstar2 sandbox listening on http://{host}:{config.port} "
         f"({config.workers} workers, {mode}, timeout {config.default_timeout_s:g}s, "
-        f"{config.limits.memory_mb} MB per call)",
+        f"{config.limits.memory_mb} MB per call, requests up to {config.max_request_mb:g} MiB)",
         flush=True,
     )
-    uvicorn.run(app, host=host, port=config.port, log_level=log_level, access_log=False)
+    run_service(app, host, config.port, config.drain_timeout_s)

@@ -6,7 +6,7 @@ import os
 import time
 from urllib.parse import urlparse
 
-from rstar2.sandbox.worker import parent_pids
+from rstar2.sandbox.worker.procs import parent_pids
 
 
 def parent_of(pid: int) -> int | None:
@@ -42,7 +42,7 @@ def descendants(pid: int, parents: dict[int, int] | None = None) -> list[int]:
 
 
 def worker_pids(url: str) -> list[int]:
-    """The worker processes of a service: Python running worker.py, not forked from another one."""
+    """The worker processes of a service: Python running the worker package, not forked from another one."""
     return workers_below(service_pid(url))
 
 
@@ -55,7 +55,7 @@ def workers_below(ancestor: int) -> list[int]:
             argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
         except OSError:
             return False
-        return "bwrap" not in os.path.basename(argv[0].decode()) and any(a.endswith(b"worker.py") for a in argv)
+        return "bwrap" not in os.path.basename(argv[0].decode()) and argv[3:5] == [b"-m", b"worker"]
 
     # One snapshot for both: a child forked between two snapshots would look parentless.
     return [pid for pid in descendants(ancestor, parents)

@@ -28,7 +28,7 @@ def test_no_network_even_to_host_loopback(sandbox_url):
 def test_writes_outside_the_private_tmp_fail(sandbox_url):
     code = (
         "import os\n"
-        "for path in ['/usr/evil', '/etc/evil', '/opt/rstar2/worker.py', '/evil', '/dev/shm/evil', '/tmp/evil']:\n"
+        "for path in ['/usr/evil', '/etc/evil', '/opt/rstar2/worker/__main__.py', '/evil', '/dev/shm/evil', '/tmp/evil']:\n"
         "    try:\n"
         "        open(path, 'w').write('x'); print('wrote', path)\n"
         "    except OSError as e:\n"

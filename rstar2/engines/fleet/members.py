@@ -20,6 +20,7 @@ from typing import Protocol
 import httpx
 
 from rstar2.engines.base import Completion, Engine, EngineLoad, SamplingParams
+from rstar2.engines.disk_weights import token_from_env
 from rstar2.engines.openai import EngineError, OpenAIEngine
 
 
@@ -85,8 +86,14 @@ class HTTPMember:
     request's own."""
 
     def __init__(self, base_url: str, model: str | None = None, name: str | None = None,
-                 timeout_s: float = 600.0):
+                 timeout_s: float = 600.0, weights_dir: str | None = None,
+                 weights_token: str | None = None):
+        """``weights_dir``: where weight folders are written for the server to load (one it
+        allows); ``weights_token``: the server's weights token (default: $RSTAR2_WEIGHTS_TOKEN)."""
         self.engine: Engine = OpenAIEngine(base_url, model=model, timeout_s=timeout_s)
+        self.weights_dir = weights_dir
+        token = weights_token or token_from_env()
+        self.weights_headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.server = self.engine.base_url.removesuffix("/v1")
         self.name = name or self.server
         self.http = httpx.AsyncClient(timeout=10.0)
@@ -118,12 +125,13 @@ class HTTPMember:
             return
         from safetensors.torch import save_file
 
-        with tempfile.TemporaryDirectory(prefix="rstar2-weights-") as folder:
+        with tempfile.TemporaryDirectory(prefix="rstar2-weights-", dir=self.weights_dir) as folder:
             tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in state_dict.items()}
             await asyncio.to_thread(save_file, tensors, str(Path(folder) / "model.safetensors"))
             try:
                 response = await self.http.post(self.server + "/update_weights_from_disk",
-                                                json={"model_path": folder}, timeout=600.0)
+                                                json={"model_path": folder}, timeout=600.0,
+                                                headers=self.weights_headers)
             except httpx.TransportError as exc:
                 raise MemberDown(f"{self.name}: {exc}") from exc
             if response.status_code >= 400:

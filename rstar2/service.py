@@ -1,0 +1,237 @@
+"""What rstar2's three HTTP services share (``serve-model``, the sandbox, the viewer), so that
+each answers abuse and shutdown the same way.
+
+* **One error shape.** Every error body is ``{"error": {"message", "type", "code"}}`` (the
+  OpenAI shape, which serve-model's clients already parse): ``message`` is one line for a
+  person, ``type`` a stable word for a program, ``code`` the HTTP status. A route raises
+  ``ServiceError(message, status)``; malformed input, unknown routes and unexpected failures
+  are answered in the same shape (``guard``), and a refused value is never echoed back (a
+  ``NaN`` cannot even be written as JSON).
+* **Bounded requests.** A body larger than the service's limit is answered 413 before the
+  app sees any of it (``Content-Length`` first, then counting what arrives).
+* **A client that leaves stops its work.** Once its body is read, each request's handler runs
+  as a task beside a listener for the client's disconnect; a disconnect cancels the handler,
+  and the cancellation reaches what it awaits (a queued generation, a queued sandbox call).
+* **Shutdown within a bound** (``run_service``). SIGTERM or Ctrl-C stops accepting
+  connections, lets the requests in flight finish for ``drain_timeout_s``, then cancels those
+  still running and answers each of them 503, and the process exits: every client gets an
+  answer, none waits on a server that is going away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+ERROR_TYPES = {
+    400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+    404: "not_found_error", 405: "invalid_request_error", 409: "conflict_error",
+    413: "request_too_large", 422: "invalid_request_error", 429: "rate_limit_error",
+    500: "server_error", 503: "service_unavailable",
+}
+ABORT_GRACE_S = 5.0  # after the drain: time for aborted handlers to answer before uvicorn gives up
+
+Message = dict
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+class ServiceError(Exception):
+    """A request refused with ``status`` and a one-line ``message`` (answered in the shared
+    error shape; ``headers`` such as ``Retry-After`` go with it)."""
+
+    def __init__(self, message: str, status: int = 400, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.headers = headers or {}
+
+
+def error_body(status: int, message: str) -> dict:
+    """The one error shape of the three services."""
+    return {"error": {"message": message, "type": ERROR_TYPES.get(status, "error"), "code": status}}
+
+
+def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(error_body(status, message), status_code=status, headers=headers)
+
+
+def validation_message(exc: RequestValidationError) -> str:
+    """Pydantic's complaints as ``field: problem; ...``, without the refused values."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'][1:])) or 'body'}: {e['msg']}" for e in exc.errors())
+
+
+class InFlight:
+    """The handlers running now, and the drain that ends them at shutdown."""
+
+    def __init__(self) -> None:
+        self.handlers: set[asyncio.Task] = set()
+        self.aborted: set[asyncio.Task] = set()
+        self.draining = False
+
+    def begin_drain(self, timeout_s: float) -> None:
+        """Refuse new requests; cancel the handlers still running after ``timeout_s``."""
+        self.draining = True
+        asyncio.get_running_loop().call_later(timeout_s, self.abort_all)
+
+    def abort_all(self) -> None:
+        for handler in list(self.handlers):
+            self.aborted.add(handler)
+            handler.cancel()
+
+
+class RequestGuard:
+    """ASGI middleware: the body limit, cancel-on-disconnect and drain of the module docstring."""
+
+    def __init__(self, app, max_body_bytes: int | None, in_flight: InFlight):
+        self.app, self.max_body_bytes, self.in_flight = app, max_body_bytes, in_flight
+
+    async def __call__(self, scope: dict, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        if self.in_flight.draining:
+            return await send_error(send, 503, "the server is shutting down")
+        too_large = self.oversized(declared_length(scope))
+        if too_large:
+            return await send_error(send, 413, too_large)
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            if too_large := self.oversized(len(body)):
+                return await send_error(send, 413, too_large)
+            if not message.get("more_body", False):
+                break
+        await self.handle(scope, Replay(bytes(body), receive), send)
+
+    def oversized(self, size: int | None) -> str | None:
+        if self.max_body_bytes is None or size is None or size <= self.max_body_bytes:
+            return None
+        return f"request body of {size} bytes is over this server's limit of {self.max_body_bytes} bytes"
+
+    async def handle(self, scope: dict, replay: Replay, send: Send) -> None:
+        """Run the app on the read request until it answers, its client leaves (cancel it) or
+        the drain ends (cancel it and answer 503 if it had not started answering)."""
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        handler = asyncio.ensure_future(self.app(scope, replay.receive, tracked))
+        self.in_flight.handlers.add(handler)
+        try:
+            await asyncio.wait({handler, replay.disconnect}, return_when=asyncio.FIRST_COMPLETED)
+            if not handler.done():  # the client went away: stop its work
+                handler.cancel()
+                await asyncio.wait({handler})
+                return
+            if handler.cancelled():
+                if handler in self.in_flight.aborted and not started:
+                    await send_error(send, 503, "the server is shutting down; this request was "
+                                     "aborted at the end of its drain period")
+                return
+            handler.result()  # re-raise what the app raised past its own handlers
+        finally:
+            if not handler.done():  # we were cancelled ourselves (uvicorn giving up)
+                handler.cancel()
+            replay.disconnect.cancel()
+            self.in_flight.handlers.discard(handler)
+            self.in_flight.aborted.discard(handler)
+
+
+class Replay:
+    """The receive channel the app sees: the body read by the guard, then (for whoever asks,
+    e.g. a streaming response) the client's disconnect, which ``disconnect`` waits for."""
+
+    def __init__(self, body: bytes, receive: Receive):
+        self.body: bytes | None = body
+        self.disconnect = asyncio.ensure_future(wait_for_disconnect(receive))
+
+    async def receive(self) -> Message:
+        if self.body is not None:
+            body, self.body = self.body, None
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await asyncio.shield(self.disconnect)
+
+
+async def wait_for_disconnect(receive: Receive) -> Message:
+    while (message := await receive())["type"] != "http.disconnect":
+        pass
+    return message
+
+
+def declared_length(scope: dict) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+async def send_error(send: Send, status: int, message: str) -> None:
+    body = json.dumps(error_body(status, message)).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               (b"connection", b"close")]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def guard(app: FastAPI, *, max_body_bytes: int | None, validation_status: int = 422) -> FastAPI:
+    """Give ``app`` the shared error shape, body limit, cancel-on-disconnect and drain (see
+    the module docstring); malformed input is answered ``validation_status`` (serve-model
+    answers 400 as OpenAI does, the others 422 as FastAPI does)."""
+    in_flight = InFlight()
+    app.state.in_flight = in_flight
+    app.add_middleware(RequestGuard, max_body_bytes=max_body_bytes, in_flight=in_flight)
+
+    @app.exception_handler(ServiceError)
+    async def refused(_: Request, exc: ServiceError) -> JSONResponse:
+        return error_response(exc.status, str(exc), exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def malformed(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(validation_status, validation_message(exc))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        return error_response(exc.status_code, str(exc.detail), exc.headers)
+
+    @app.exception_handler(Exception)
+    async def failed(_: Request, exc: Exception) -> JSONResponse:
+        return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
+
+    return app
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn, whose shutdown first starts the app's drain (``InFlight.begin_drain``)."""
+
+    def __init__(self, config: uvicorn.Config, in_flight: InFlight, drain_timeout_s: float):
+        super().__init__(config)
+        self.in_flight, self.drain_timeout_s = in_flight, drain_timeout_s
+
+    async def shutdown(self, sockets=None) -> None:
+        self.in_flight.begin_drain(self.drain_timeout_s)
+        await super().shutdown(sockets)
+
+
+def run_service(app: FastAPI, host: str, port: int, drain_timeout_s: float) -> None:
+    """Serve a ``guard``-ed app until SIGTERM or Ctrl-C, then drain and exit (module docstring)."""
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                            timeout_graceful_shutdown=drain_timeout_s + ABORT_GRACE_S)
+    try:
+        DrainingServer(config, app.state.in_flight, drain_timeout_s).run()
+    except KeyboardInterrupt:
+        pass
