@@ -6,6 +6,8 @@ import typer
 
 from rstar2.cli.app import app, fail
 
+DRAIN_TIMEOUT_S = 5.0  # on Ctrl-C or SIGTERM: the page's requests are quick
+
 
 @app.command()
 def view(
@@ -22,7 +24,9 @@ def view(
     """Serve a page of curves, rollouts (with RoC's verdicts and per-token log-probs), eval
     drill-downs and step timelines for RUN_DIRs; it picks up new lines while a run writes.
 
-    Reads only the run folders given (plus an index it caches in each, under .view-index/).
+    Reads only the run folders given (plus an index it caches in each, under .view-index/);
+    files that point outside a run folder are left out with a warning. GET /health answers
+    while it serves.
     """
     from rstar2.view.runs import ViewError
 
@@ -40,9 +44,8 @@ def view(
             fail(error)
         typer.echo(f"wrote {out}")
         return
-    import uvicorn
-
+    from rstar2.service import run_service
     from rstar2.view.server import create_app
 
     typer.echo(f"rstar2 view: http://{host}:{port}/  (Ctrl-C to stop)")
-    uvicorn.run(create_app(run_dirs), host=host, port=port, log_level="warning")
+    run_service(create_app(run_dirs), host, port, drain_timeout_s=DRAIN_TIMEOUT_S)

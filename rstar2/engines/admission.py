@@ -110,17 +110,22 @@ class Admission:
                 raise ServiceError(f"a text prompt of {size} bytes is over this server's limit of "
                                    f"{limits.max_prompt_bytes} bytes (it cannot fit the "
                                    f"{limits.context}-token context)")
-        self.check_cost(n * sequences * min(1 + max_tokens, limits.context))
+        self.check_cost(n * sequences * min(1 + max_tokens, limits.context), "at least ")
 
     def cost(self, prompts: list[list[int]], n: int, max_tokens: int) -> int:
-        """The KV tokens the request may hold (module docstring); 400 past the request limit."""
+        """The KV tokens the request may hold (module docstring); 400 past the request limit
+        or for a prompt that leaves no room in the context."""
+        for prompt in prompts:
+            if len(prompt) >= self.limits.context:
+                raise ServiceError(f"prompt of {len(prompt)} tokens exceeds the model's "
+                                   f"{self.limits.context}-token context")
         cost = n * sum(min(len(p) + max_tokens, self.limits.context) for p in prompts)
         self.check_cost(cost)
         return cost
 
-    def check_cost(self, cost: int) -> None:
+    def check_cost(self, cost: int, bound: str = "") -> None:
         if cost > self.limits.max_request_tokens:
-            raise ServiceError(f"the request asks for {cost} tokens (n x prompts x (prompt + "
+            raise ServiceError(f"the request asks for {bound}{cost} tokens (n x prompts x (prompt + "
                                f"max_tokens)), over this server's limit of "
                                f"{self.limits.max_request_tokens} per request")
 

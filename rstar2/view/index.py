@@ -16,14 +16,19 @@ Contract:
   with the offsets in ``cache_path`` (JSON), so a reopened viewer does not re-read the file;
 * the cache is trusted only while the file still starts with the same bytes and is at least
   as long as what was indexed; a file rewritten in place (a resumed run trims its
-  ``metrics.jsonl``) is indexed afresh. A cache that cannot be written (read-only run folder)
-  is skipped: the index then lives in memory only.
+  ``metrics.jsonl``) is indexed afresh. A cache that cannot be written safely is skipped and
+  the index lives in memory only: a read-only run folder, or a cache path that resolves
+  outside ``within`` (the run folder) through a symlink, which is neither read nor written.
+  A cache file is written under a fresh name and renamed over the old one, so no symlink
+  planted at either name is followed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -38,9 +43,11 @@ Summarize = Callable[[dict], dict]
 class LineIndex:
     """Offsets and summaries of the complete lines of one JSONL file; see the module docstring."""
 
-    def __init__(self, path: Path, cache_path: Path | None, summarize: Summarize):
+    def __init__(self, path: Path, cache_path: Path | None, summarize: Summarize,
+                 within: Path | None = None):
         self.path = path
-        self.cache_path = cache_path
+        self.within = within
+        self.cache_path = cache_path if self.safe(cache_path) else None
         self.summarize = summarize
         self.offsets: list[int] = []
         self.summaries: list[dict] = []
@@ -115,8 +122,14 @@ class LineIndex:
             raise ValueError(f"{self.path} record {i + 1}: not a JSON object")
         return value
 
+    def safe(self, cache_path: Path | None) -> bool:
+        """Whether the cache's folder resolves inside ``within`` (always, without one)."""
+        if cache_path is None:
+            return False
+        return self.within is None or cache_path.parent.resolve().is_relative_to(self.within)
+
     def load_cache(self) -> None:
-        if self.cache_path is None or not self.cache_path.is_file():
+        if self.cache_path is None or self.cache_path.is_symlink() or not self.cache_path.is_file():
             return
         try:
             cached = json.loads(self.cache_path.read_text(encoding="utf-8"))
@@ -132,13 +145,22 @@ class LineIndex:
             return
         document = {"version": CACHE_VERSION, "indexed_size": self.indexed_size, "head": self.head,
                     "offsets": self.offsets, "summaries": self.summaries}
+        folder = self.cache_path.parent
         try:
-            self.cache_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.cache_path.with_name(self.cache_path.name + ".tmp")
-            tmp.write_text(json.dumps(document), encoding="utf-8")
-            tmp.replace(self.cache_path)
+            for _ in range(2):  # before making the folders, and after (one may have just become a symlink)
+                if not self.safe(self.cache_path):
+                    raise PermissionError(f"{folder} resolves outside {self.within}")
+                folder.mkdir(parents=True, exist_ok=True)
+            handle, tmp = tempfile.mkstemp(dir=folder, prefix=self.cache_path.name)
+            try:
+                with os.fdopen(handle, "w", encoding="utf-8") as file:
+                    file.write(json.dumps(document))
+                os.replace(tmp, self.cache_path)
+            except OSError:
+                os.unlink(tmp)
+                raise
         except OSError:
-            self.cache_path = None  # a read-only run folder: keep the index in memory
+            self.cache_path = None  # cannot be written safely: keep the index in memory
 
 
 def file_head(path: Path, indexed_size: int) -> str:

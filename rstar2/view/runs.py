@@ -14,17 +14,24 @@ A folder is a **training run** when it has ``metrics.jsonl`` or ``rollouts/`` (w
 runs. Every JSONL file is read through a ``LineIndex`` cached under ``.view-index/`` in the run
 folder. Names that come from a request (a step, an eval name) are looked up among the ones the
 folder has, never joined into a path, so nothing outside the folder can be reached.
+
+Every file read or written must also *resolve* inside the run folder (symlinks followed): a
+step file or eval folder that points outside is left out of the listings with a warning and
+refused (403) when asked for; a directory where a file is expected is a 404 that says so; and
+a ``.view-index`` that resolves outside is not used (the index is then kept in memory).
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 from rstar2.eval.metrics import benchmark_stats, problem_stats
 from rstar2.eval.report import RESULTS_JSON, benchmark_entry, problem_entry, read_results
 from rstar2.eval.runner import SAMPLES_JSONL
 from rstar2.eval.samples import SampleOutcome
+from rstar2.service import ServiceError
 from rstar2.view.index import LineIndex
 
 INDEX_DIR = ".view-index"
@@ -33,12 +40,30 @@ PROBLEM_FIELDS = ("bench", "problem_id", "sample", "gold", "pred", "correct", "r
                   "generated_tokens", "turns", "tool_calls", "tool_errors", "stop_reason", "truncated", "seconds")
 
 
-class ViewError(Exception):
+class ViewError(ServiceError):
     """Something the page should say in one line (unknown step, missing file, bad line)."""
 
     def __init__(self, message: str, status: int = 404):
-        super().__init__(message)
-        self.status = status
+        super().__init__(message, status)
+
+
+def outside(root: Path, path: Path) -> Path | None:
+    """Where ``path`` really is, when that is outside ``root`` (a resolved folder); else None."""
+    real = path.resolve()
+    return None if real.is_relative_to(root) else real
+
+
+def checked_file(root: Path, path: Path, what: str) -> Path:
+    """``path`` when it is a file inside ``root``; else a ``ViewError`` that says why not (403:
+    it points outside; 404: missing, or a directory)."""
+    shown = path.relative_to(root) if path.is_relative_to(root) else path
+    if (real := outside(root, path)) is not None:
+        raise ViewError(f"{shown} points outside the run folder (to {real}); not served", 403)
+    if path.is_dir():
+        raise ViewError(f"{shown} is a directory, not {what}")
+    if not path.is_file():
+        raise ViewError(f"{path}: no such file")
+    return path
 
 
 def rollout_summary(row: dict) -> dict:
@@ -78,20 +103,25 @@ def group_verdicts(summaries: list[dict]) -> list[dict]:
 
 
 class EvalFolder:
-    """One eval run: ``results.json`` and ``samples.jsonl``."""
+    """One eval run: ``results.json`` and ``samples.jsonl`` (read only inside ``root``, the run
+    folder)."""
 
-    def __init__(self, path: Path, cache_dir: Path):
-        self.path = path
-        self.samples = LineIndex(path / SAMPLES_JSONL, cache_dir / "samples.json", sample_summary)
+    def __init__(self, path: Path, cache_dir: Path | None, root: Path):
+        self.path, self.root = path, root
+        self.samples = LineIndex(path / SAMPLES_JSONL, cache_dir and cache_dir / "samples.json",
+                                 sample_summary, within=root)
 
     def results(self) -> dict:
         """``results.json``; while the run has not written it, the same document computed
         from the samples finished so far (with a warning saying so)."""
-        if (self.path / RESULTS_JSON).is_file():
+        results = self.path / RESULTS_JSON
+        if results.exists() or results.is_symlink():
+            checked_file(self.root, results, "a results file")
             try:
                 return {**read_results(self.path), "warnings": []}
             except ValueError as error:
-                raise ViewError(f"{self.path / RESULTS_JSON}: not valid JSON ({error})", 422) from error
+                raise ViewError(f"{results}: not valid JSON ({error})", 422) from error
+        checked_file(self.root, self.samples.path, "a samples file")
         self.samples.refresh()
         outcomes = [SampleOutcome.model_validate(s) for s in self.samples.summaries if "error" not in s]
         document = results_of(outcomes)
@@ -100,8 +130,7 @@ class EvalFolder:
         return document
 
     def problem_samples(self, bench: str, problem_id: str) -> dict:
-        if not self.samples.path.is_file():
-            raise ViewError(f"{self.samples.path}: no such file")
+        checked_file(self.root, self.samples.path, "a samples file")
         self.samples.refresh()
         lines = [i for i, s in enumerate(self.samples.summaries)
                  if s.get("bench") == bench and s.get("problem_id") == problem_id]
@@ -130,24 +159,46 @@ class RunFolder:
     def __init__(self, path: Path, run_id: int):
         self.path = path.resolve()
         self.run_id = run_id
-        self.cache_dir = self.path / INDEX_DIR
-        self.metrics_index = LineIndex(self.path / "metrics.jsonl", self.cache_dir / "metrics.json", dict)
+        self.notes: list[str] = []  # what was left out of the folder, and why
+        self.cache_dir = self.index_dir()
+        self.metrics_index = LineIndex(self.path / "metrics.jsonl", self.cache_dir and self.cache_dir / "metrics.json",
+                                       dict, within=self.path)
         self.step_indexes: dict[int, LineIndex] = {}
-        self.evals = {name: EvalFolder(folder, self.cache_dir / "eval" / name)
+        self.evals = {name: EvalFolder(folder, self.cache_dir and self.cache_dir / "eval" / name, self.path)
                       for name, folder in self.eval_folders().items()}
+
+    def index_dir(self) -> Path | None:
+        """Where the line indexes are cached: ``.view-index`` unless it resolves outside the
+        folder (then they are kept in memory only)."""
+        folder = self.path / INDEX_DIR
+        if (real := outside(self.path, folder)) is not None:
+            self.note(f"{INDEX_DIR} points outside the run folder (to {real}); the index is kept in memory")
+            return None
+        return folder
+
+    def note(self, warning: str) -> None:
+        """Record (once) and print a warning about something left out of the folder."""
+        if warning not in self.notes:
+            self.notes.append(warning)
+            print(f"rstar2 view: {self.path}: {warning}", file=sys.stderr, flush=True)
 
     @property
     def is_training(self) -> bool:
         return (self.path / "metrics.jsonl").is_file() or (self.path / "rollouts").is_dir()
 
     def eval_folders(self) -> dict[str, Path]:
-        """The eval runs here: the folder itself, and each ``eval/<name>/`` child (the demo's)."""
+        """The eval runs here: the folder itself, and each ``eval/<name>/`` child (the demo's)
+        that resolves inside the folder."""
         found = {}
         if is_eval_run(self.path):
             found["."] = self.path
         eval_dir = self.path / "eval"
         if eval_dir.is_dir():
-            found.update({child.name: child for child in sorted(eval_dir.iterdir()) if is_eval_run(child)})
+            for child in sorted(eval_dir.iterdir()):
+                if (real := outside(self.path, child)) is not None:
+                    self.note(f"eval/{child.name} points outside the run folder (to {real}); left out")
+                elif is_eval_run(child):
+                    found[child.name] = child
         return found
 
     def problems(self) -> list[str]:
@@ -160,16 +211,19 @@ class RunFolder:
         return []
 
     def describe(self) -> dict:
+        steps = self.steps() if self.is_training else []
         return {"id": self.run_id, "label": self.path.name, "path": str(self.path),
-                "training": self.is_training, "steps": self.steps() if self.is_training else [],
-                "evals": list(self.evals), "problems": self.problems()}
+                "training": self.is_training, "steps": steps, "evals": list(self.evals),
+                "problems": self.problems(), "warnings": self.notes}
 
     def metrics(self) -> dict:
         """Every row of ``metrics.jsonl``, with the bad and unfinished lines reported."""
-        if not self.metrics_index.path.is_file():
+        path = self.metrics_index.path
+        if not (path.exists() or path.is_symlink()):
             if self.is_training:
-                return {"rows": [], "warnings": [f"{self.metrics_index.path}: no such file (no step finished yet?)"]}
+                return {"rows": [], "warnings": [f"{path}: no such file (no step finished yet?)"]}
             return {"rows": [], "warnings": []}
+        checked_file(self.path, path, "a metrics file")
         self.metrics_index.refresh()
         rows = [s for s in self.metrics_index.summaries if "error" not in s]
         warnings = [s["error"] for s in self.metrics_index.summaries if "error" in s]
@@ -179,18 +233,31 @@ class RunFolder:
         return {"rows": sorted(rows, key=lambda row: row.get("step", 0)), "warnings": warnings}
 
     def steps(self) -> list[int]:
+        """The steps with a rollout file; one that points outside the folder or is not a file
+        is left out, with a warning."""
         folder = self.path / "rollouts"
         if not folder.is_dir():
             return []
-        return sorted(int(m.group(1)) for f in folder.iterdir() if (m := STEP_FILE.fullmatch(f.name)))
+        steps = []
+        for file in folder.iterdir():
+            if (match := STEP_FILE.fullmatch(file.name)) is None:
+                continue
+            try:
+                checked_file(self.path, file, "a rollout file")
+            except ViewError as refused:
+                self.note(f"{refused}; left out")
+                continue
+            steps.append(int(match.group(1)))
+        return sorted(steps)
 
     def step_index(self, step: int) -> LineIndex:
         path = self.path / "rollouts" / f"step_{step}.jsonl"
-        if step not in self.steps():
+        if not (path.exists() or path.is_symlink()):
             raise ViewError(f"{path}: no such file (the run has no rollouts logged for step {step})")
+        checked_file(self.path, path, "a rollout file")
         if step not in self.step_indexes:
-            self.step_indexes[step] = LineIndex(path, self.cache_dir / "rollouts" / f"step_{step}.json",
-                                                rollout_summary)
+            cache = self.cache_dir and self.cache_dir / "rollouts" / f"step_{step}.json"
+            self.step_indexes[step] = LineIndex(path, cache, rollout_summary, within=self.path)
         index = self.step_indexes[step]
         index.refresh()
         return index

@@ -7,9 +7,12 @@ The page (``static/``, served from the package: no CDN) asks the JSON API below;
 is computed from the run folders when asked, so a run that is still writing shows its new
 lines on the page's next poll. Runs are addressed by their position in the list, steps by
 number, eval runs and problems by name in the query string: a request never carries a path,
-so nothing outside the run folders can be served. Failures answer ``{"error": "..."}`` with a
-4xx/5xx status, one line for the page to show, never a traceback.
+and every file resolves inside its run folder (``runs``), so nothing outside the run folders
+can be served. Failures answer the services' one error shape (``rstar2.service``:
+``{"error": {"message", "type", "code"}}``) with a 4xx/5xx status, the message one line for the
+page to show, never a traceback.
 
+    GET /health                                       the viewer is up; how many runs it serves
     GET /api/runs                                     the runs, their steps, evals and problems
     GET /api/runs/{run}/metrics                       rows of metrics.jsonl
     GET /api/runs/{run}/steps/{step}                  rollout summaries and groups of a step
@@ -29,7 +32,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 
 from rstar2.eval.compare import compare_runs
+from rstar2.service import error_response, guard
 from rstar2.view.runs import RunFolder, ViewError
+
+MAX_REQUEST_BYTES = 64 << 10  # the page only asks with GET: no request needs a body
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 
@@ -42,21 +48,22 @@ def static_files() -> dict[str, Path]:
 def create_app(run_dirs: Sequence[Path]) -> FastAPI:
     runs = [RunFolder(Path(path), run_id) for run_id, path in enumerate(run_dirs)]
     files = static_files()
-    app = FastAPI(title="rstar2 view", docs_url=None, redoc_url=None, openapi_url=None)
+    app = guard(FastAPI(title="rstar2 view", docs_url=None, redoc_url=None, openapi_url=None),
+                max_body_bytes=MAX_REQUEST_BYTES)
 
     def run_of(run_id: int) -> RunFolder:
         if not 0 <= run_id < len(runs):
             raise ViewError(f"no run {run_id}: the viewer was given {len(runs)} run folder(s)")
         return runs[run_id]
 
-    @app.exception_handler(ViewError)
-    async def view_error(_request: Request, error: ViewError) -> JSONResponse:
-        return JSONResponse({"error": str(error)}, status_code=error.status)
-
     @app.exception_handler(OSError)
     async def os_error(_request: Request, error: OSError) -> JSONResponse:
         where = f"{error.filename}: " if error.filename else ""
-        return JSONResponse({"error": f"{where}{error.strerror or error}"}, status_code=500)
+        return error_response(500, f"{where}{error.strerror or error}")
+
+    @app.get("/health")
+    def health() -> dict:
+        return {"status": "ok", "runs": len(runs)}
 
     @app.get("/", response_class=HTMLResponse)
     def page() -> FileResponse:

@@ -14,11 +14,10 @@ import subprocess
 import sys
 import time
 
-import httpx
 import pytest
 
 from rstar2.eval.runner import EvalSettings, RunConflict, check_output_dir
-from rstar2.sandbox.local import free_port
+from tests.engines.serving import serve_model_process
 
 REPRODUCIBLE = ["-n", "2", "--temperature", "0", "-c", "1", "--max-tokens", "40", "--max-turns", "3", "-q"]
 
@@ -117,23 +116,8 @@ def test_cli_errors_are_clear(tmp_path):
 @pytest.fixture()
 def served_model():
     """``rstar2 serve-model`` with the embedded model on a free port; its /v1 URL."""
-    port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "rstar2", "serve-model", "--port", str(port)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            assert process.poll() is None, "serve-model exited"
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
+    with serve_model_process() as (_, url):
         yield f"{url}/v1"
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 def test_eval_against_an_openai_compatible_server(tmp_path, served_model, sandbox_url):

@@ -52,7 +52,7 @@ def test_nothing_outside_the_run_folders_is_served(viewer, run_folder):
         assert status in (404, 422), (path, status)
         assert "do not serve" not in body and "[project]" not in body
     status, body = raw_get(server.port, "/api/runs/0/eval?name=..")
-    assert "has no eval run named '..'" in json.loads(body)["error"]
+    assert "has no eval run named '..'" in json.loads(body)["error"]["message"]
     assert raw_get(server.port, "/static/app.js")[0] == 200
 
 

@@ -12,12 +12,12 @@ const S = { runs: [], metrics: {}, shownRuns: new Set(), shownMetrics: null, ste
 const $ = id => document.getElementById(id);
 
 async function api(url) {
-  if (EMBEDDED) return url in EMBEDDED ? EMBEDDED[url] : { error: `${url}: not in this exported file` };
+  if (EMBEDDED) return url in EMBEDDED ? EMBEDDED[url] : { error: { message: `${url}: not in this exported file` } };
   try {
     const response = await fetch(url);
     return await response.json();
   } catch (err) {
-    return { error: `${url}: ${err.message} (is the viewer still running?)` };
+    return { error: { message: `${url}: ${err.message} (is the viewer still running?)` } };
   }
 }
 
@@ -31,7 +31,7 @@ function say(text, kind = "warn") {
   if (old) old.replaceWith(line); else box.append(line);
 }
 function check(answer) {
-  if (answer && answer.error) { say(answer.error, "error"); return null; }
+  if (answer && answer.error) { say(answer.error.message, "error"); return null; }  // the services' error shape
   for (const w of (answer && answer.warnings) || []) say(w);
   return answer;
 }
@@ -286,7 +286,7 @@ async function refresh() {
   if (!runs) return;
   const stepsBefore = JSON.stringify(S.runs.map(r => r.steps));
   S.runs = runs;
-  runs.forEach(r => r.problems.forEach(p => say(p, "error")));
+  runs.forEach(r => { r.problems.forEach(p => say(p, "error")); r.warnings.forEach(w => say(w)); });
   const countsBefore = JSON.stringify(Object.values(S.metrics).map(rows => rows.length));
   await loadMetrics();
   if (JSON.stringify(Object.values(S.metrics).map(rows => rows.length)) !== countsBefore) { renderMetricList(); renderCharts(); }
@@ -304,7 +304,7 @@ async function start() {
   document.querySelectorAll("nav button").forEach(b => b.addEventListener("click", () => { showTab(b.dataset.tab); if (b.dataset.tab === "timeline") renderTimeline(); }));
   const runs = check(await api("/api/runs")) || [];
   S.runs = runs;
-  runs.forEach(r => { r.problems.forEach(p => say(p, "error")); if (r.training) S.shownRuns.add(r.id); });
+  runs.forEach(r => { r.problems.forEach(p => say(p, "error")); r.warnings.forEach(w => say(w)); if (r.training) S.shownRuns.add(r.id); });
   renderRunToggles();
   await loadMetrics();
   renderMetricList();
