@@ -120,21 +120,21 @@ class RequestGuard:
     async def handle(self, scope: dict, replay: Replay, send: Send) -> None:
         """Run the app on the read request until it answers, its client leaves (cancel it) or
         the drain ends (cancel it and answer 503 if it had not started answering)."""
-        started = False
+        started = answered = False
 
         async def tracked(message: Message) -> None:
-            nonlocal started
+            nonlocal started, answered
             started = started or message["type"] == "http.response.start"
+            answered = answered or (message["type"] == "http.response.body" and not message.get("more_body"))
             await send(message)
 
         handler = asyncio.ensure_future(self.app(scope, replay.receive, tracked))
         self.in_flight.handlers.add(handler)
         try:
             await asyncio.wait({handler, replay.disconnect}, return_when=asyncio.FIRST_COMPLETED)
-            if not handler.done():  # the client went away: stop its work
+            if not handler.done() and not answered:  # the client went away: stop its work
                 handler.cancel()
-                await asyncio.wait({handler})
-                return
+            await asyncio.wait({handler})
             if handler.cancelled():
                 if handler in self.in_flight.aborted and not started:
                     await send_error(send, 503, "the server is shutting down; this request was "

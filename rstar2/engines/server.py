@@ -118,7 +118,6 @@ def create_app(engine: HFEngine, model_name: str, card: dict | None = None,
     admission = Admission(Limits.sized(limits, engine))
     app = guard(FastAPI(title="rstar2 model server"),
                 max_body_bytes=int(limits.max_request_mb * MIB), validation_status=400)
-    app.state.admission = admission
     tokenizer = engine.tokenizer
 
     @app.get("/health")

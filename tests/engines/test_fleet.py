@@ -7,7 +7,6 @@ for each turn, which trajectory asked and what the fleet had booked on it at tha
 
 import asyncio
 import contextlib
-import socket
 import threading
 import time
 
@@ -19,8 +18,10 @@ from rstar2.engines.base import SamplingParams, run_trajectory
 from rstar2.engines.fleet import Fleet, HTTPMember, LocalMember
 from rstar2.engines.fleet.engine import CURRENT
 from rstar2.engines.fleet.members import parse_vllm_metrics
+from rstar2.engines.disk_weights import WeightUpdates
 from rstar2.engines.hf import HFEngine, HFEngineConfig
 from rstar2.engines.server import create_app
+from rstar2.sandbox.local import free_port
 
 @pytest.fixture(autouse=True)
 def one_thread_per_engine():
@@ -124,16 +125,19 @@ def test_a_dead_members_trajectories_run_again_on_the_other_and_none_is_lost(hf_
     assert fleet.replaced == 0  # an in-process engine cannot be replaced
 
 
+WEIGHTS_TOKEN = "fleet-test-weights-token"
+
+
 @contextlib.contextmanager
-def serve(engines):
-    """Each engine behind its own serve-model app on a real port; yields servers and URLs."""
+def serve(engines, weights_dir=None):
+    """Each engine behind its own serve-model app on a real port; yields servers and URLs.
+    With ``weights_dir`` the apps take weight updates from under it (``WEIGHTS_TOKEN``)."""
+    updates = WeightUpdates(directory=weights_dir, token=WEIGHTS_TOKEN if weights_dir else None)
     servers, urls = [], []
     for i, engine in enumerate(engines):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        server = uvicorn.Server(uvicorn.Config(create_app(engine, f"smol{i}"), host="127.0.0.1",
-                                               port=port, log_level="warning"))
+        port = free_port()
+        server = uvicorn.Server(uvicorn.Config(create_app(engine, f"smol{i}", weights=updates),
+                                               host="127.0.0.1", port=port, log_level="warning"))
         threading.Thread(target=server.run, daemon=True).start()
         servers.append(server)
         urls.append(f"http://127.0.0.1:{port}")

@@ -6,7 +6,6 @@ exits within its bound."""
 from __future__ import annotations
 
 import concurrent.futures
-import http.client
 import json
 import os
 import signal
@@ -23,7 +22,7 @@ from safetensors.torch import save_file
 
 from rstar2.engines.fleet.members import parse_vllm_metrics
 from tests.engines.serving import serve_model_process
-from tests.errors import error_message, post_json
+from tests.errors import announced_only, error_message, post_json
 from tests.polling import wait_until
 
 TOKEN = "test-weights-token-0123456789"
@@ -119,19 +118,6 @@ def test_default_limits_refuse_an_oversized_text_unread_and_speak_one_error_shap
     assert "request body of 67108864 bytes is over this server's limit of 33554432 bytes" in error_message(huge, 413)
     off = httpx.post(f"{default_server}/update_weights_from_disk", json={"model_path": "/tmp"}, timeout=10)
     assert "weight updates are off" in error_message(off, 403)
-
-
-def announced_only(url: str, path: str, length: int) -> httpx.Response:
-    """The answer to a POST that announces a ``length``-byte body and sends none of it."""
-    connection = http.client.HTTPConnection("127.0.0.1", urlsplit(url).port, timeout=30)
-    connection.putrequest("POST", path)
-    connection.putheader("Content-Type", "application/json")
-    connection.putheader("Content-Length", str(length))
-    connection.endheaders()
-    response = connection.getresponse()
-    answer = httpx.Response(response.status, headers=response.getheaders(), content=response.read())
-    connection.close()
-    return answer
 
 
 def push(url: str, folder, token: str | None = TOKEN) -> httpx.Response:

@@ -21,7 +21,7 @@ from rstar2.engines.loading import load_tokenizer
 from rstar2.rl.config import ConfigError, validate_config
 from rstar2.rl.launch import build_trainer, rollout_engine
 from rstar2.sandbox import SandboxClient
-from tests.engines.test_fleet import serve
+from tests.engines.test_fleet import WEIGHTS_TOKEN, serve
 from tests.rl.test_trainer import make_config, rl_data  # noqa: F401  (fixture)
 
 ROLLOUTS = 4  # 1 prompt x 2G, G = 2
@@ -97,9 +97,9 @@ def test_a_member_dying_mid_step_loses_no_rollout(tmp_path, rl_data, sandbox_url
 def test_a_step_on_two_serve_model_servers(tmp_path, rl_data, sandbox_url, policy):  # noqa: F811
     engines = member_engines(budget=2 * 400)
     try:
-        with serve(engines) as (servers, urls):
-            fleet, loads = one_step(tmp_path, rl_data, sandbox_url, [HTTPMember(u) for u in urls],
-                                    policy, engines[0].tokenizer)
+        with serve(engines, weights_dir=tmp_path) as (servers, urls):
+            members = [HTTPMember(u, weights_dir=str(tmp_path), weights_token=WEIGHTS_TOKEN) for u in urls]
+            fleet, loads = one_step(tmp_path, rl_data, sandbox_url, members, policy, engines[0].tokenizer)
     finally:
         for e in engines:
             e.shutdown()

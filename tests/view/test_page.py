@@ -91,11 +91,13 @@ def test_bad_input_is_said_on_the_page(page, viewer, run_folder, tmp_path):
     truncated = shutil.copytree(run_folder, tmp_path / "truncated")
     with (truncated / "metrics.jsonl").open("a") as handle:
         handle.write('{"step": 4, "reward/accu')
+    (truncated / "rollouts" / "step_9.jsonl").symlink_to(not_a_run / "readme.txt")
     no_metrics = shutil.copytree(run_folder, tmp_path / "no-metrics")
     (no_metrics / "metrics.jsonl").unlink()
     open_page(page, viewer, not_a_run, truncated, no_metrics)
     messages = page.locator("#messages").inner_text()
     assert "is not a run folder" in messages
+    assert "step_9.jsonl points outside the run folder" in messages
     assert "metrics.jsonl: the last line is unfinished" in messages
     assert f"{no_metrics / 'metrics.jsonl'}: no such file" in messages
     assert "Traceback" not in page.content()

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import http.client
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
+
 from rstar2.view.index import LineIndex
+from tests.errors import error_message
 
 
 def listening_addresses(port: int) -> set[str]:
@@ -51,9 +55,43 @@ def test_nothing_outside_the_run_folders_is_served(viewer, run_folder):
         status, body = raw_get(server.port, path)
         assert status in (404, 422), (path, status)
         assert "do not serve" not in body and "[project]" not in body
-    status, body = raw_get(server.port, "/api/runs/0/eval?name=..")
-    assert "has no eval run named '..'" in json.loads(body)["error"]["message"]
+    response = httpx.get(f"{server.url}/api/runs/0/eval", params={"name": ".."})
+    assert "has no eval run named '..'" in error_message(response, 404)
     assert raw_get(server.port, "/static/app.js")[0] == 200
+
+
+def test_links_out_of_the_run_folder_are_not_followed_and_nothing_is_written_outside(viewer, run_copy, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "rows.jsonl").write_text(json.dumps({"group": 0, "response": "SECRET ROLLOUT"}) + "\n")
+    rollouts = run_copy / "rollouts"
+    (rollouts / "step_7.jsonl").symlink_to(outside / "rows.jsonl")
+    (rollouts / "step_8.jsonl").symlink_to("/etc/passwd")
+    (rollouts / "step_9.jsonl").symlink_to(rollouts)  # a directory where a file is expected
+    shutil.copytree(run_copy / "eval" / "base", outside / "leak")
+    (outside / "leak" / "results.json").write_text(json.dumps({"secret": "SECRET RESULTS"}))
+    (run_copy / "eval" / "leak").symlink_to(outside / "leak")
+    shutil.rmtree(run_copy / ".view-index", ignore_errors=True)
+    (outside / "cache").mkdir()
+    (run_copy / ".view-index").symlink_to(outside / "cache")
+
+    server = viewer(run_copy)
+    (run,) = httpx.get(f"{server.url}/api/runs").json()
+    assert run["steps"] == [1, 2, 3] and run["evals"] == ["base", "final"]
+    for name in ("step_7.jsonl points outside", "step_8.jsonl points outside", "eval/leak points outside",
+                 ".view-index points outside", "step_9.jsonl is a directory"):
+        assert any(name in warning for warning in run["warnings"]), (name, run["warnings"])
+    for path in ("/api/runs/0/steps/7", "/api/runs/0/steps/7/rollouts/0", "/api/runs/0/steps/7/search?q=SECRET",
+                 "/api/runs/0/steps/8", "/api/runs/0/steps/8/rollouts/0"):
+        response = httpx.get(server.url + path)
+        assert "points outside the run folder" in error_message(response, 403), path
+        assert "SECRET" not in response.text and "root:" not in response.text
+    assert "is a directory, not a rollout file" in error_message(httpx.get(f"{server.url}/api/runs/0/steps/9"), 404)
+    leak = httpx.get(f"{server.url}/api/runs/0/eval", params={"name": "leak"})
+    assert "has no eval run named 'leak'" in error_message(leak, 404) and "SECRET" not in leak.text
+    assert len(httpx.get(f"{server.url}/api/runs/0/steps/2").json()["rollouts"]) > 0  # indexed in memory
+    assert list((outside / "cache").iterdir()) == []
+    assert httpx.get(f"{server.url}/health").json() == {"status": "ok", "runs": 1}
 
 
 def test_cli_says_what_is_wrong_in_one_line(tmp_path):
