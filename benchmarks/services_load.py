@@ -47,7 +47,8 @@ def tree_rss_mb(pid: int) -> float:
     parents = parent_pids()
     tree, frontier = [pid], [pid]
     while frontier:
-        children = [p for p, parent in parents.items() if parent == frontier.pop()]
+        current = frontier.pop()
+        children = [p for p, parent in parents.items() if parent == current]
         tree += children
         frontier += children
     total = 0
@@ -119,6 +120,7 @@ async def hostile_view(http: httpx.AsyncClient, url: str) -> list:
     return [
         ("step linked to /etc/passwd", await http.get(f"{url}/api/runs/0/steps/9")),
         ("1 MB body", await http.request("GET", f"{url}/api/runs", content=b"x" * (1 << 20))),
+        ("no such route", await http.get(f"{url}/api/../../etc/passwd")),
     ]
 
 
@@ -149,7 +151,7 @@ async def load(service: str, url: str, seconds: float) -> dict:
                 sent = time.monotonic()
                 for name, answer in await HOSTILE[service](http, url):
                     hostile.append({"request": name, "status": answer.status_code,
-                                    "message": answer.json().get("error", {}).get("message", "")[:90]})
+                                    "message": answer.json()["error"]["message"][:90]})
                 hostile.append({"request": "all of them", "seconds": round(time.monotonic() - sent, 2)})
                 continue
             sent = time.monotonic()

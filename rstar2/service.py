@@ -8,7 +8,10 @@ each answers abuse and shutdown the same way.
   are answered in the same shape (``guard``), and a refused value is never echoed back (a
   ``NaN`` cannot even be written as JSON).
 * **Bounded requests.** A body larger than the service's limit is answered 413 before the
-  app sees any of it (``Content-Length`` first, then counting what arrives).
+  app sees any of it, and is never held in memory: what arrives past the limit is read and
+  dropped (so that the client, still sending, can read the answer) up to ``DISCARD_FACTOR``
+  times the limit, or at least ``MIN_DISCARD_BYTES``; a larger body is answered at once and
+  its connection closed.
 * **A client that leaves stops its work.** Once its body is read, each request's handler runs
   as a task beside a listener for the client's disconnect; a disconnect cancels the handler,
   and the cancellation reaches what it awaits (a queued generation, a queued sandbox call).
@@ -37,6 +40,7 @@ ERROR_TYPES = {
     500: "server_error", 503: "service_unavailable",
 }
 ABORT_GRACE_S = 5.0  # after the drain: time for aborted handlers to answer before uvicorn gives up
+DISCARD_FACTOR, MIN_DISCARD_BYTES = 4, 16 << 20  # an oversized body read and dropped up to this
 
 Message = dict
 Receive = Callable[[], Awaitable[Message]]
@@ -97,25 +101,34 @@ class RequestGuard:
             return await self.app(scope, receive, send)
         if self.in_flight.draining:
             return await send_error(send, 503, "the server is shutting down")
-        too_large = self.oversized(declared_length(scope))
-        if too_large:
-            return await send_error(send, 413, too_large)
-        body = bytearray()
+        declared = declared_length(scope)
+        if self.oversized(declared) and declared > self.discard_bytes():
+            return await send_error(send, 413, self.oversized(declared))
+        body, size = bytearray(), 0
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 return
-            body += message.get("body", b"")
-            if too_large := self.oversized(len(body)):
-                return await send_error(send, 413, too_large)
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if not self.oversized(size):
+                body += chunk
+            elif size > self.discard_bytes():
+                return await send_error(send, 413, self.oversized(size))
             if not message.get("more_body", False):
                 break
+        if too_large := self.oversized(max(size, declared or 0)):
+            return await send_error(send, 413, too_large)
         await self.handle(scope, Replay(bytes(body), receive), send)
 
     def oversized(self, size: int | None) -> str | None:
         if self.max_body_bytes is None or size is None or size <= self.max_body_bytes:
             return None
         return f"request body of {size} bytes is over this server's limit of {self.max_body_bytes} bytes"
+
+    def discard_bytes(self) -> int:
+        """How much of an oversized body is read and dropped before answering it."""
+        return max(DISCARD_FACTOR * self.max_body_bytes, MIN_DISCARD_BYTES)
 
     async def handle(self, scope: dict, replay: Replay, send: Send) -> None:
         """Run the app on the read request until it answers, its client leaves (cancel it) or
