@@ -18,7 +18,7 @@ non-finite deadline, a lone surrogate, a link out of the run folder) and records
 status and time. Reported per service: answered requests per second, p50 and p99 latency of
 the ordinary requests (the hostile ones excluded), failed ordinary requests, the hostile
 answers, and the resident memory of the service's whole process tree (workers included)
-before the load and after it.
+before the load, just before and just after the hostile requests, and after the load.
 """
 
 from __future__ import annotations
@@ -137,9 +137,10 @@ async def ordinary(http: httpx.AsyncClient, service: str, url: str, turn: int) -
 HOSTILE = {"serve-model": hostile_serve_model, "sandbox": hostile_sandbox, "view": hostile_view}
 
 
-async def load(service: str, url: str, seconds: float) -> dict:
-    """16 closed-loop clients for ``seconds``; one sends the hostile requests a third of the way in."""
-    latencies, failures, hostile = [], 0, []
+async def load(service: str, url: str, seconds: float, pid: int) -> dict:
+    """16 closed-loop clients for ``seconds``; one sends the hostile requests a third of the way
+    in (the service's memory is read just before and just after them)."""
+    latencies, failures, hostile, rss = [], 0, [], {}
     started = time.monotonic()
     stop = started + seconds
 
@@ -148,11 +149,12 @@ async def load(service: str, url: str, seconds: float) -> dict:
         turn = 0
         while time.monotonic() < stop:
             if index == 0 and not hostile and time.monotonic() > started + seconds / 3:
-                sent = time.monotonic()
+                sent, rss["before_hostile_mb"] = time.monotonic(), round(tree_rss_mb(pid))
                 for name, answer in await HOSTILE[service](http, url):
                     hostile.append({"request": name, "status": answer.status_code,
                                     "message": answer.json()["error"]["message"][:90]})
                 hostile.append({"request": "all of them", "seconds": round(time.monotonic() - sent, 2)})
+                rss["after_hostile_mb"] = round(tree_rss_mb(pid))
                 continue
             sent = time.monotonic()
             answer = await ordinary(http, service, url, turn)
@@ -166,21 +168,18 @@ async def load(service: str, url: str, seconds: float) -> dict:
     ordered = sorted(latencies)
     return {"requests_per_s": round(len(ordered) / elapsed, 1), "p50_ms": round(ordered[len(ordered) // 2] * 1000, 1),
             "p99_ms": round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1000, 1),
-            "requests": len(ordered), "failed": failures, "hostile": hostile}
+            "requests": len(ordered), "failed": failures, "hostile": hostile, **rss}
 
 
 def measure(service: str, seconds: float, folder: Path) -> dict:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    argv, health = {
-        "serve-model": (["serve-model", "--port", str(port)], f"{url}/health"),
-        "sandbox": (["sandbox", "serve", "--port", str(port), "--workers", "4"], f"{url}/health"),
-        "view": (["view", str(synthetic_run(folder / "run")), "--port", str(port)], f"{url}/health"),
-    }[service]
-    process = start(argv, health)
+    argv = {"serve-model": lambda: ["serve-model"], "sandbox": lambda: ["sandbox", "serve", "--workers", "4"],
+            "view": lambda: ["view", str(synthetic_run(folder / "run"))]}[service]()
+    process = start([*argv, "--port", str(port)], f"{url}/health")
     try:
         before = tree_rss_mb(process.pid)
-        result = asyncio.run(load(service, url, seconds))
+        result = asyncio.run(load(service, url, seconds, process.pid))
         result.update(rss_before_mb=round(before), rss_after_mb=round(tree_rss_mb(process.pid)))
     finally:
         process.terminate()
@@ -199,7 +198,8 @@ def main() -> None:
             result = measure(service, args.seconds, Path(tmp))
             print(f"{service:12s} {result['requests_per_s']:7.1f} req/s  p50 {result['p50_ms']:8.1f} ms  "
                   f"p99 {result['p99_ms']:8.1f} ms  failed {result['failed']}/{result['requests']}  "
-                  f"RSS {result['rss_before_mb']} -> {result['rss_after_mb']} MB", flush=True)
+                  f"RSS {result['rss_before_mb']} -> {result['rss_after_mb']} MB (around the hostile "
+                  f"requests {result['before_hostile_mb']} -> {result['after_hostile_mb']})", flush=True)
             for answer in result["hostile"]:
                 print(f"{'':12s} hostile: {json.dumps(answer)}", flush=True)
 

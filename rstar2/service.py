@@ -223,7 +223,8 @@ def guard(app: FastAPI, *, max_body_bytes: int | None, validation_status: int = 
 
     @app.exception_handler(Exception)
     async def failed(_: Request, exc: Exception) -> JSONResponse:
-        return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
+        first_line = next(iter(str(exc).splitlines()), "")
+        return error_response(500, f"internal error: {type(exc).__name__}: {first_line}")
 
     return app
 
