@@ -55,10 +55,10 @@ HELD = 0.9  # a member whose predicted peak is this close to its fill target is 
 class SpeedModel:
     """Each member's decode speed, as one shape for the fleet and a factor per member.
 
-    A sequence's inter-token latency on member ``m`` running ``n`` sequences over ``kv``
-    tokens is modelled as ``speed[m] * (a + b * n + c * kv)``: the shape ``(a, b, c)`` is the
-    fleet's (same model, same kind of engine), the factor is the member's (a slower GPU, a
-    busier host). Both are fitted, alternately, to the members' recent readings; a member's
+    A sequence's inter-token latency on member ``m`` running ``n`` sequences is modelled as
+    ``speed[m] * (a + b * n)``: the shape ``(a, b)`` (both >= 0) is the fleet's (one model,
+    one kind of engine), the factor is the member's (a slower GPU, a busier host). Both are
+    fitted, alternately and in relative error, to the members' recent readings; a member's
     factor over the (lower) median factor is its slowness."""
 
     def __init__(self, history: int = 64):
@@ -66,22 +66,24 @@ class SpeedModel:
             lambda: collections.deque(maxlen=history))
         self.factors: dict[int, float] = {}
 
-    def add(self, member: int, running: float, kv_tokens: float, seconds: float) -> None:
-        self.readings[member].append((running, kv_tokens, seconds))
+    def add(self, member: int, running: float, seconds: float) -> None:
+        self.readings[member].append((running, seconds))
 
     def fit(self) -> None:
         members = [m for m, rows in self.readings.items() if rows]
         rows = np.array([row for m in members for row in self.readings[m]])
         owner = np.repeat(np.arange(len(members)), [len(self.readings[m]) for m in members])
-        design = np.column_stack([np.ones(len(rows)), rows[:, 0], rows[:, 1]])
+        running, seconds = rows[:, 0], rows[:, 1]
         factor = np.ones(len(members))
         for _ in range(3):
-            shape, *_ = np.linalg.lstsq(design / factor[owner, None], rows[:, 2], rcond=None)
-            shape = np.maximum(shape, 0.0)
-            predicted = np.maximum(design @ shape, 1e-12)
-            ratios = rows[:, 2] / predicted
+            weight = factor[owner] / seconds  # relative error: light loads count as heavy ones
+            design = np.column_stack([weight, weight * running])
+            (a, b), *_ = np.linalg.lstsq(design, np.ones(len(rows)), rcond=None)
+            if b < 0 or a <= 0:  # no load effect to see: a level alone
+                a, b = float(np.sum(weight) / np.sum(weight * weight)), 0.0
+            ratios = seconds / np.maximum(a + b * running, 1e-12)
             factor = np.array([np.median(ratios[owner == i]) for i in range(len(members))])
-            factor /= np.sort(factor)[(len(factor) - 1) // 2]  # the lower median: of two, the faster
+            factor /= np.sort(factor)[(len(factor) - 1) // 2]  # lower median: of two, the faster
         self.factors = dict(zip(members, factor.tolist()))
 
 
@@ -207,8 +209,7 @@ class Adaptive(Policy):
         tokens = load.inter_tokens - last.inter_tokens
         if tokens > 0:
             seconds = (load.inter_token_seconds - last.inter_token_seconds) / tokens
-            self.speed.add(member, (load.running + last.running) / 2,
-                           (load.kv_used_tokens + last.kv_used_tokens) / 2, seconds)
+            self.speed.add(member, (load.running + last.running) / 2, seconds)
             self.readings += 1
             if self.readings >= len(scheduler.members):
                 self.readings = 0
