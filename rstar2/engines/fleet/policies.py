@@ -169,6 +169,7 @@ class Scheduler:
         self.pending: collections.OrderedDict[Hashable, TrajectoryBooks] = (
             collections.OrderedDict())
         self.pinned: dict[Hashable, TrajectoryBooks] = {}
+        self.moves = 0  # turns run on another member than the trajectory's previous one
 
     # ----------------------------------------------------------------- trajectories
     def submit(self, trajectory: Hashable, need_tokens: int, prompt_tokens: int | None = None,
@@ -208,6 +209,7 @@ class Scheduler:
             self.members[books.member].trajectories.discard(trajectory)
             self.members[member].trajectories.add(trajectory)
             books.member, books.moves = member, books.moves + 1
+            self.moves += 1
         self.rebook(books)
         return member
 
