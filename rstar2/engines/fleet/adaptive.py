@@ -1,31 +1,36 @@
 """``adaptive``: the fleet's default scheduling policy.
 
-It admits as much as the members can hold, not as much as the worst case needs, sends work
-where it finishes soonest, and corrects itself from what the members report:
+Real engines already admit what fits their KV and preempt when it runs out (SGLang retracts
+one request at a time, vLLM preempts the newest); a fleet that holds trajectories back on a
+worst-case reservation only idles them (``kv_aware``). So this policy deals trajectories as
+``least_loaded`` does, and departs from it where measurements say it should:
 
+* **Placement by measured speed.** Each member's decode speed is the inter-token latency it
+  reports (``EngineLoad.inter_token_seconds`` / ``inter_tokens``: vLLM's histogram, served by
+  ``rstar2 serve-model`` too), fitted as one fleet-wide shape over the number of running
+  sequences times a factor per member (``SpeedModel``). A member slower than the median by
+  more than ``SAME_SPEED`` counts as slow: it gets trajectories in proportion to its speed
+  (fewest ``slowness x trajectories`` first); members of one speed are dealt evenly.
+* **Moves at a tool-call boundary.** When a trajectory on a slow member starts its next turn
+  and a member at least ``MOVE_GAIN`` faster has room, it moves there if its expected remaining
+  tokens decode sooner there, counting the re-prefill of its whole context (each turn sends the
+  whole context anyway). The slow member keeps the first turns and the short work.
 * **Admission by predicted peak KV.** Each trajectory books a curve: its KV after ``tau``
   more tokens, ``(context + tau) * P(still growing)``, from the lengths of rollouts that ended
   (``lengths.LengthModel``: its own prompt group's once two of them ended, recent rollouts of
-  every group before that). A member's curves add up to its predicted KV over the coming
-  tokens; a trajectory is admitted where the peak of that sum, its own curve included, stays
-  under the member's fill target. Before any rollout has ended nothing is predicted and a
-  trajectory books only its prompt, as an engine admits it: what static assignment would do
-  is then what happens, and the measurements below correct it.
-* **A booking that shrinks during a tool wait.** Between two turns a trajectory books only
-  the context it holds (the engine keeps it as evictable prefix cache); its growth is booked
-  again when its next turn starts.
-* **A fill target per member steered by its counters.** It starts at the member's capacity;
-  a reading with new preemptions lowers it, one with KV to spare, nothing queued and none
-  preempted raises it (up to twice the capacity: the curves are expectations, and a member
-  that never fills should not be held back by them). It is kept across steps.
-* **Placement by measured speed.** Each member's decode speed is the inter-token latency it
-  reports (``EngineLoad.inter_token_seconds`` / ``inter_tokens``), fitted against how many
-  sequences it was running; a member slower than the fleet's median at the same load by more
-  than ``SAME_SPEED`` gets proportionally fewer trajectories (fewest ``speed x trajectories``
-  first), members of one speed are dealt evenly, as ``least_loaded`` does.
-* **Moves at a tool-call boundary.** When a trajectory on a slow member starts its next turn
-  and a member predicted faster for it has room, it moves there if its expected remaining
-  tokens decode sooner there, counting the re-prefill of its whole context.
+  every group before that; the spread of those lengths is in the curve, not a worst case). A
+  member's curves add up to its predicted KV over the coming tokens; a trajectory is admitted
+  where that sum's peak, its own curve included, stays under the member's fill target, and
+  otherwise waits in the pool for the least loaded member to have room.
+* **A booking that shrinks during a tool wait.** Between two turns a trajectory books only the
+  context it holds (the engine keeps it as evictable prefix cache); its growth is booked again
+  when its next turn starts.
+* **A fill target per member, steered by its preemption counter and kept across steps.** It
+  starts at ``FILL_MAX`` times the capacity, where the curves never hold anything back (and
+  before any rollout has ended there are no curves: the first step is dealt as
+  ``least_loaded`` deals it). A reading in which the member preempted more than ``STORM`` of
+  its running requests -- its own admission failing, as in a thrashing engine -- lowers it;
+  a reading with KV to spare while the curves hold the member back raises it again.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ PREFILL_PER_DECODE = 0.05  # a prefilled token costs at most this share of a dec
 FILL_MIN, FILL_MAX = 0.25, 3.0
 FILL_DOWN, FILL_UP = 0.85, 1.05  # per reading with new preemptions / predicted full yet room
 ROOM = 0.9  # a member using less than this share of its KV has room to spare
-STORM = 0.05  # preempting this share of its running requests between two readings
+STORM = 0.25  # preempting this share of its running requests between two readings
 BALANCE = 2.0  # a member may take work while at most this many above the lightest
 HELD = 0.9  # a member whose predicted peak is this close to its fill target is held by it
 
@@ -89,7 +94,7 @@ class SpeedModel:
 
 @dataclass
 class MemberState:
-    fill: float = FILL_MAX
+    fill: float = FILL_MAX  # its fill target, in capacities
     last: EngineLoad | None = None  # its latest reading
 
 
