@@ -54,8 +54,8 @@ PROFILES = {
         prefill_per_token_s=0.4e-6,
         source="HFEngine, SmolLM2-135M bf16, one H100: docs/benchmarks.md"),
     "hf-cpu": StepTime(
-        "hf-cpu", base_s=0.030, per_seq_s=3.0e-3, per_kv_token_s=1.0e-6,
-        prefill_per_token_s=1.5e-3,
+        "hf-cpu", base_s=0.0320, per_seq_s=320e-6, per_kv_token_s=16.8e-6,
+        prefill_per_token_s=926e-6,
         source="HFEngine, SmolLM2-135M bf16, 2-core AMD EPYC: docs/benchmarks.md"),
 }
 
