@@ -2,15 +2,16 @@
 
     python benchmarks/scheduler_sim.py                   # the suite at the paper's scale (minutes)
     python benchmarks/scheduler_sim.py --engines 8 --prompts 64        # the same, smaller
-    python benchmarks/scheduler_sim.py --scenario tight-vllm --steps 3  # one row
+    python benchmarks/scheduler_sim.py --scenario tight-vllm --steps 2  # one row
 
 The policies are the fleet's own (``rstar2.engines.fleet.policies.Scheduler``, called as
 ``fleet.Fleet`` calls it: ``benchmarks/fleet_sim/driver.py``); only the engines are simulated
 (``benchmarks/fleet_sim/engine.py``: SGLang's and vLLM v1's admission and overflow rules, a
 prefix cache, the decode step time of ``benchmarks/fleet_sim/steptime.py``). Each scenario
-runs ``--steps`` rollout steps back to back with one scheduler, so what a policy learns in step
-1 (lengths, member speeds, fill targets) serves step 2; each cell prints both steps' makespan
-("step 1 / step 2", simulated seconds, independent of the machine running this).
+runs ``--steps`` rollout steps back to back with one scheduler, so what a policy learns in a
+step (lengths, member speeds, fill targets) serves the next ones, as in a training run; each
+cell prints every step's makespan ("step 1 / step 2 / ...", simulated seconds, independent of
+the machine running this).
 
 The suite (KV per engine is given per trajectory dealt to an engine, so a smaller run keeps
 the paper's pressure: 1024 tokens x 512 trajectories = the paper's 512K):
@@ -26,7 +27,8 @@ the paper's pressure: 1024 tokens x 512 trajectories = the paper's 512K):
 
 Columns: each policy's makespans; ``adaptive/best``: the largest, over the steps, of
 adaptive's makespan over the best simple policy's (static or least_loaded) in the same step;
-``static/adaptive``: the speed-up over static across the steps (their makespans added up).
+``static/adaptive``: the speed-up over static once something has been learnt (the makespans of
+steps 2 to ``--steps`` added up; of the one step with ``--steps 1``).
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ def main() -> None:
     parser.add_argument("--engines", type=int, default=64)
     parser.add_argument("--prompts", type=int, default=512)
     parser.add_argument("--rollouts-per-prompt", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steptime", choices=sorted(PROFILES), default="vllm-14b-tp2")
     parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS),
@@ -95,22 +97,24 @@ def main() -> None:
     print(f"{args.engines} engines, {args.prompts} prompts x {args.rollouts_per_prompt} "
           f"rollouts, 8K response budget, prompt 600 tokens, {args.steps} steps, seed {args.seed}")
     print(PROFILES[args.steptime].describe())
-    header = f"{'scenario':<17}" + "".join(f"{p:>17}" for p in policies)
+    width = max(15, 8 * args.steps) + 2
+    header = f"{'scenario':<17}" + "".join(f"{p:>{width}}" for p in policies)
     if "adaptive" in policies:
         header += f"{'adaptive/best':>15}{'static/adaptive':>17}"
     print(header)
     for name in args.scenario or SCENARIOS:
         started = time.monotonic()
         results = run_row(name, args, policies)
-        cells = "".join(f"{' / '.join(f'{r.makespan_s:.1f}' for r in results[p]):>17}"
+        cells = "".join(f"{' / '.join(f'{r.makespan_s:.1f}' for r in results[p]):>{width}}"
                         for p in policies)
         line = f"{name:<17}{cells}"
         if "adaptive" in policies and all(p in results for p in SIMPLE):
             ratio = max(results["adaptive"][i].makespan_s
                         / min(results[p][i].makespan_s for p in SIMPLE)
                         for i in range(args.steps))
-            speedup = (sum(r.makespan_s for r in results["static"])
-                       / sum(r.makespan_s for r in results["adaptive"]))
+            later = slice(1, None) if args.steps > 1 else slice(None)
+            speedup = (sum(r.makespan_s for r in results["static"][later])
+                       / sum(r.makespan_s for r in results["adaptive"][later]))
             line += f"{ratio:>15.3f}{speedup:>16.2f}x"
         print(f"{line}   ({time.monotonic() - started:.0f} s)", flush=True)
 
