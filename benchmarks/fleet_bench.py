@@ -87,12 +87,16 @@ def start_members(args) -> tuple[list[HFEngine], list, list[str]]:
     return engines, servers, urls
 
 
-async def one_step(config, model, tokenizer, engine, url, problems) -> None:
-    with Grader() as grader:  # one grading process per core, as the demo
-        async with SandboxClient([url]) as sandbox:
-            trainer = build_trainer(config, model, tokenizer, engine, sandbox, grader, problems)
-            trainer.restore(resume=False)
-            await trainer.run()
+async def one_step(config, model, tokenizer, fleet, url, problems) -> None:
+    """The step, then the fleet closed in the same event loop (its HTTP clients live there)."""
+    try:
+        with Grader() as grader:  # one grading process per core, as the demo
+            async with SandboxClient([url]) as sandbox:
+                trainer = build_trainer(config, model, tokenizer, fleet, sandbox, grader, problems)
+                trainer.restore(resume=False)
+                await trainer.run()
+    finally:
+        await fleet.close()
 
 
 def measure(policy: str, run: int, args, data: Path, tmp: str, sandbox: str, urls, engines) -> dict:
@@ -106,10 +110,7 @@ def measure(policy: str, run: int, args, data: Path, tmp: str, sandbox: str, url
     model = load_policy(config.model)
     fleet = rollout_engine(config, model, tokenizer)
     before = [e.load().generation_tokens for e in engines]
-    try:
-        asyncio.run(one_step(config, model, tokenizer, fleet, sandbox, problems))
-    finally:
-        asyncio.run(fleet.close())
+    asyncio.run(one_step(config, model, tokenizer, fleet, sandbox, problems))
     (row,) = read_metrics(config.run_dir)
     return {"policy": policy, "run": run, "step": row["time/step"],
             "rollout": row["time/rollout"], "moves": fleet.scheduler.moves,
