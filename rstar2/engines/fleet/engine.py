@@ -62,7 +62,8 @@ CURRENT: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar(
 
 
 class TrajectoryScope:
-    """``async with fleet.trajectory(need):`` -- admission on entry, release on exit."""
+    """``async with fleet.trajectory(need):`` -- a ticket on entry (admitted when its first
+    turn asks to run), release on exit."""
 
     def __init__(self, fleet: Fleet, need_tokens: int):
         self.fleet, self.need_tokens = fleet, need_tokens
