@@ -1,4 +1,4 @@
-"""One RL step of the CPU demo recipe on two serve-model members, one of them slowed, per
+"""Two RL steps of the CPU demo recipe on two serve-model members, one of them slowed, per
 scheduler: the default (``adaptive``) against ``static``, runs alternated.
 
 Run (heavy, minutes; take the shared lock so no other heavy job skews the figures)::
@@ -14,10 +14,12 @@ and decode counters from ``/metrics`` and pushes the trainer's weights through
 ``/update_weights_from_disk``, as with ``rstar2 serve-model`` processes. The second member's
 engine pauses ``--delay-s`` in every decode step (a slower GPU, a busier host); the apps live
 in this process so that pause is the only difference between the two. Each run builds the same
-step -- ``recipes/cpu-demo.yaml``, same seed, same problems -- through the recipe
-(``rstar2.rl.launch``) and runs it once; policies take turns run by run. Printed per run: the
-step's wall time, its rollout phase, the trajectories moved between members, and the tokens
-each member generated; then each policy's mean and range.
+two steps -- ``recipes/cpu-demo.yaml``, same seed, same problems -- through the recipe
+(``rstar2.rl.launch``) on a new fleet, so step 1 starts knowing nothing of the members and
+step 2 with what the fleet measured in step 1 (as every later step of a run); policies take
+turns run by run. Printed per run: each step's wall time and rollout phase, the trajectories
+moved between members, and the tokens each member generated; then each policy's mean and
+range per step.
 """
 
 from __future__ import annotations
@@ -102,7 +104,7 @@ async def one_step(config, model, tokenizer, fleet, url, problems) -> None:
 def measure(policy: str, run: int, args, data: Path, tmp: str, sandbox: str, urls, engines) -> dict:
     members = [{"kind": "openai", "base_url": url} for url in urls]
     config = load_config(RECIPE, [f"runs_dir={tmp}", f"name=fleet-{policy}-{run}",
-                                  f"data.train={data}", f"model.path={args.model}", "rl.steps=1",
+                                  f"data.train={data}", f"model.path={args.model}", "rl.steps=2",
                                   f"rollout.members={json.dumps(members)}",
                                   f"rollout.scheduler={policy}", *args.overrides])
     tokenizer = load_tokenizer(config.model.path)
@@ -111,9 +113,9 @@ def measure(policy: str, run: int, args, data: Path, tmp: str, sandbox: str, url
     fleet = rollout_engine(config, model, tokenizer)
     before = [e.load().generation_tokens for e in engines]
     asyncio.run(one_step(config, model, tokenizer, fleet, sandbox, problems))
-    (row,) = read_metrics(config.run_dir)
-    return {"policy": policy, "run": run, "step": row["time/step"],
-            "rollout": row["time/rollout"], "moves": fleet.scheduler.moves,
+    rows = read_metrics(config.run_dir)
+    return {"policy": policy, "run": run, "step": [r["time/step"] for r in rows],
+            "rollout": [r["time/rollout"] for r in rows], "moves": fleet.scheduler.moves,
             "tokens": [e.load().generation_tokens - b for e, b in zip(engines, before)]}
 
 
@@ -141,8 +143,8 @@ def main() -> None:
                     for policy in policies:
                         result = measure(policy, run, args, data, tmp, sandbox, urls, engines)
                         results.append(result)
-                        print(f"run {run} {policy:<13} step {result['step']:6.1f} s, rollout "
-                              f"{result['rollout']:6.1f} s, moves {result['moves']:3d}, tokens "
+                        print(f"run {run} {policy:<13} steps {fmt(result['step'])} s, rollouts "
+                              f"{fmt(result['rollout'])} s, moves {result['moves']:3d}, tokens "
                               f"{result['tokens']}", flush=True)
     finally:
         for server in servers:
@@ -152,12 +154,18 @@ def main() -> None:
     print(f"\n2 serve-model members x 1 thread, KV budget {args.kv_budget_tokens} tokens each, "
           f"member 1 paused {args.delay_s} s per decode step, model {args.model}, "
           f"{time.monotonic() - started:.0f} s in all")
-    print(f"{'policy':<13} {'step s (mean, min-max)':>26} {'rollout s (mean, min-max)':>28}")
+    print(f"{'policy':<13} {'step':>5} {'step s (mean, min-max)':>26} {'rollout s (mean, min-max)':>28}")
     for policy in policies:
-        steps = [r["step"] for r in results if r["policy"] == policy]
-        rollouts = [r["rollout"] for r in results if r["policy"] == policy]
-        print(f"{policy:<13} {statistics.mean(steps):>9.1f} ({min(steps):.1f}-{max(steps):.1f})"
-              f"{statistics.mean(rollouts):>14.1f} ({min(rollouts):.1f}-{max(rollouts):.1f})")
+        for step in range(2):
+            steps = [r["step"][step] for r in results if r["policy"] == policy]
+            rollouts = [r["rollout"][step] for r in results if r["policy"] == policy]
+            print(f"{policy:<13} {step + 1:>5} {statistics.mean(steps):>9.1f} "
+                  f"({min(steps):.1f}-{max(steps):.1f}){statistics.mean(rollouts):>14.1f} "
+                  f"({min(rollouts):.1f}-{max(rollouts):.1f})")
+
+
+def fmt(values: list[float]) -> str:
+    return " / ".join(f"{v:.1f}" for v in values)
 
 
 if __name__ == "__main__":
