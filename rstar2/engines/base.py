@@ -130,6 +130,15 @@ class EngineLoad(BaseModel):
     preemptions: int = Field(0, ge=0, description="Requests evicted from KV to be recomputed.")
     busy_s: float | None = Field(None, description="Seconds the engine spent computing since it "
                                  "started (None where the engine does not say).")
+    generation_tokens: int = Field(0, ge=0, description="Tokens decoded since the engine started "
+                                   "(vLLM's ``vllm:generation_tokens_total``).")
+    inter_token_seconds: float = Field(0.0, ge=0, description="Sum of the inter-token latencies "
+                                       "of every decoded token since the engine started (the "
+                                       "sum of vLLM's ``vllm:inter_token_latency_seconds`` "
+                                       "histogram): with ``inter_tokens``, the decode speed a "
+                                       "running sequence sees.")
+    inter_tokens: int = Field(0, ge=0, description="How many latencies that sum holds (the "
+                              "histogram's count).")
 
 
 class TrajectoryLost(RuntimeError):

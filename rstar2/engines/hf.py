@@ -155,6 +155,8 @@ class HFEngine:
         self.kv_reserved = 0  # footprints of the admitted requests
         self.kv_used = self.kv_peak = 0  # tokens held by active sequences (worker's last step)
         self.busy_s = 0.0
+        self.generation_tokens = self.inter_tokens = 0  # decode counters, as vLLM's
+        self.inter_token_seconds = 0.0
 
     # ----------------------------------------------------------------- public side
     async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams
@@ -197,10 +199,14 @@ class HFEngine:
         self.generator.manual_seed(seed)
 
     def load(self) -> EngineLoad:
-        """KV capacity and use, queue and busy time, as the worker last left them."""
+        """KV capacity and use, queue, busy time and decode counters, as the worker last left
+        them."""
         return EngineLoad(kv_capacity_tokens=self.kv_capacity, kv_used_tokens=self.kv_used,
                           kv_peak_tokens=self.kv_peak, running=self.n_active,
-                          waiting=len(self.queue), busy_s=self.busy_s)
+                          waiting=len(self.queue), busy_s=self.busy_s,
+                          generation_tokens=self.generation_tokens,
+                          inter_token_seconds=self.inter_token_seconds,
+                          inter_tokens=self.inter_tokens)
 
     async def update_weights(self, state_dict: Mapping[str, torch.Tensor],
                              version: int | None = None) -> None:
@@ -242,19 +248,26 @@ class HFEngine:
                     break
                 admitted = self.admissible()
             started = time.perf_counter()
+            decoded = 0
             with self.step_lock:
                 try:
                     with torch.inference_mode():
                         if admitted:
                             self.admit(admitted)
                         if self.n_active:
+                            decoded = self.n_active
                             self.decode()
                 except Exception as exc:  # fail the affected requests, keep serving
                     self.fail_in_flight(exc, admitted)
                 self.kv_used = sum(len(r.cached) + len(r.pending)
                                    for r in self.residents[: self.n_active])
                 self.kv_peak = max(self.kv_peak, self.kv_used)
-            self.busy_s += time.perf_counter() - started
+            elapsed = time.perf_counter() - started
+            self.busy_s += elapsed
+            # each decoded token waited this whole iteration since its sequence's last one
+            self.generation_tokens += len(admitted) + decoded
+            self.inter_token_seconds += elapsed * decoded
+            self.inter_tokens += decoded
 
     def admissible(self) -> list[Request]:
         """Take queued requests, in order, while a batch row and their KV footprint are free

@@ -7,7 +7,8 @@ The subset of the API that token-in/token-out rollouts use, with vLLM's extensio
 * ``GET /metrics``: the engine's KV capacity and use and its queue under vLLM's metric names
   (``vllm:cache_config_info`` with ``kv_cache_size_tokens``, ``vllm:kv_cache_usage_perc``,
   ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
-  ``vllm:num_preemptions_total``), so a fleet reads this server and vLLM alike;
+  ``vllm:num_preemptions_total``, ``vllm:generation_tokens_total``, and the sum and count of
+  ``vllm:inter_token_latency_seconds``), so a fleet reads this server and vLLM alike;
 * ``POST /update_weights_from_disk`` with ``{"model_path": dir}`` (SGLang's route): load the
   ``*.safetensors`` weights in ``dir`` (a trainer's push between RL steps); off unless the
   operator allows a directory and sets a token, and refused unless every tensor is one of
@@ -36,7 +37,7 @@ import uuid
 from fastapi import FastAPI, Header
 from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from pydantic import BaseModel, ConfigDict, Field
 
 from rstar2.engines.admission import Admission, Limits, ServeLimits
@@ -99,6 +100,16 @@ class LoadCollector:
                                           labels=list(labels))
         preemptions.add_metric(list(labels.values()), load.preemptions)
         yield preemptions
+        generated = CounterMetricFamily("vllm:generation_tokens", "Generated tokens.",
+                                        labels=list(labels))
+        generated.add_metric(list(labels.values()), load.generation_tokens)
+        yield generated
+        latency = HistogramMetricFamily("vllm:inter_token_latency_seconds",
+                                        "Time between a sequence's consecutive tokens.",
+                                        labels=list(labels))
+        latency.add_metric(list(labels.values()), [("+Inf", load.inter_tokens)],
+                           load.inter_token_seconds)
+        yield latency
         info = {"block_size": "1", "num_gpu_blocks": str(load.kv_capacity_tokens),
                 "kv_cache_size_tokens": str(load.kv_capacity_tokens), "engine": "0"}
         cache = GaugeMetricFamily("vllm:cache_config_info", "Information of the KV cache.",

@@ -102,14 +102,14 @@ class VLLMEngine:
                           weight_version=version)
 
     def load(self) -> EngineLoad:
-        """KV capacity and use, requests running and waiting, from vLLM's own gauges (the
-        numbers ``vllm serve`` serves at ``/metrics``), read in this process."""
+        """KV capacity and use, requests running and waiting, preemptions and decode
+        counters, from vLLM's own metrics (the numbers ``vllm serve`` serves at
+        ``/metrics``), read in this process."""
         from vllm.v1.metrics.reader import get_metrics_snapshot
 
         from rstar2.engines.fleet.members import load_from_samples
 
-        return load_from_samples((m.name, m.labels, m.value) for m in get_metrics_snapshot()
-                                 if hasattr(m, "value"))
+        return load_from_samples(metric_samples(get_metrics_snapshot()))
 
     def samples_from(self, model: object) -> bool:
         return False  # vLLM always holds its own copy of the weights
@@ -166,6 +166,18 @@ class VLLMEngine:
 
     async def close(self) -> None:
         self.llm.shutdown()
+
+
+def metric_samples(metrics) -> list[tuple[str, dict, float]]:
+    """(name, labels, value) of vLLM's in-process metrics: a gauge's or counter's value, a
+    histogram's ``_sum`` and ``_count`` (as ``/metrics`` names them)."""
+    samples = []
+    for m in metrics:
+        if hasattr(m, "value"):
+            samples.append((m.name, m.labels, m.value))
+        elif hasattr(m, "sum") and hasattr(m, "count"):
+            samples += [(m.name + "_sum", m.labels, m.sum), (m.name + "_count", m.labels, m.count)]
+    return samples
 
 
 def load_weights(worker, weights: list[tuple[str, Any]]) -> None:

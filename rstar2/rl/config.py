@@ -138,11 +138,13 @@ class RolloutConfig(Section):
     copy of the weights, pushed after every update), chosen by ``scheduler``. Each member:
     ``kind`` ('hf' | 'openai'), ``ray``, ``base_url``, ``kv_budget_tokens``,
     ``max_batch_size``, ``threads``."""
-    scheduler: PolicyName = "kv_aware"
-    """How a fleet hands out trajectories (pinned to one member for all their turns):
+    scheduler: PolicyName = "adaptive"
+    """How a fleet hands out trajectories (each normally stays on one member for all its
+    turns): 'adaptive' (the default: admitted by the members' predicted peak KV, placed by
+    their measured speed, moved off a slow member between two turns; docs/fleet.md),
     'static' (dealt evenly up front), 'least_loaded' (to the member with the fewest in
-    flight), 'kv_aware' (admitted when a member's free KV fits prompt + response budget,
-    refilled as trajectories end; the paper's §3.2)."""
+    flight), 'kv_aware' (admitted when a member's free KV fits prompt + response budget, held
+    for its whole life: the paper's §3.2 read literally)."""
 
     @field_validator("engine", mode="before")
     @classmethod

@@ -14,6 +14,7 @@ import pytest
 import torch
 import uvicorn
 
+from benchmarks.fleet_bench import Slowed
 from rstar2.engines.base import SamplingParams, run_trajectory
 from rstar2.engines.fleet import Fleet, HTTPMember, LocalMember
 from rstar2.engines.fleet.engine import CURRENT
@@ -170,10 +171,41 @@ def test_serve_model_reports_its_load_under_vllms_metric_names(served_pair):
     text = httpx.get(urls[0] + "/metrics").text
     for name in ("vllm:kv_cache_usage_perc", "vllm:num_requests_running",
                  "vllm:num_requests_waiting", "vllm:num_preemptions_total",
-                 "vllm:cache_config_info{"):
+                 "vllm:cache_config_info{", "vllm:generation_tokens_total",
+                 "vllm:inter_token_latency_seconds_sum", "vllm:inter_token_latency_seconds_count"):
         assert name in text
     load = parse_vllm_metrics(text)
     assert load.kv_capacity_tokens == 3 * NEED and load.running == load.kv_used_tokens == 0
+
+    asyncio.run(HTTPMember(urls[0]).generate([PROMPT], PARAMS))
+    after = parse_vllm_metrics(httpx.get(urls[0] + "/metrics").text)
+    assert after.generation_tokens - load.generation_tokens == PARAMS.max_tokens
+    assert after.inter_tokens - load.inter_tokens == PARAMS.max_tokens - 1  # the first is no gap
+    assert after.inter_token_seconds > load.inter_token_seconds
+
+
+def test_a_slowed_member_is_measured_from_its_metrics_and_left_at_its_tool_calls(hf_engine):
+    """Two serve-model members, one pausing in every decode step: the adaptive policy reads
+    both members' decode counters at /metrics, finds the slow one slower, and moves the
+    trajectories it was dealt to the other at their tool calls."""
+    config = HFEngineConfig(dtype="float32", kv_budget_tokens=8 * NEED, seed=0)
+    pair = [HFEngine(config, model=hf_engine.model, tokenizer=hf_engine.tokenizer),
+            Slowed(config, 0.2, model=hf_engine.model, tokenizer=hf_engine.tokenizer)]
+    torch.set_num_threads(1)
+    try:
+        with serve(pair) as (_, urls):
+            members = lambda box: [HTTPMember(u) for u in urls]  # noqa: E731
+            fleet, results, attempts, loads = run_fleet(members, "adaptive", 6)
+    finally:
+        for engine in pair:
+            engine.shutdown()
+    assert len(results) == len(attempts) == 6
+    latency = [load.inter_token_seconds / load.inter_tokens for load in loads]
+    assert latency[1] - latency[0] > 0.15  # the 0.2 s pause is in each of its tokens' latency
+    policy = fleet.scheduler.policy
+    assert policy.slowness(1) > 1 and policy.slowness(0) == 1
+    assert fleet.scheduler.moves >= 1  # a trajectory dealt to the slow member left it
+    assert pair[0].load().generation_tokens > pair[1].load().generation_tokens
 
 
 def test_vllm_metrics_text_is_read_per_engine():
@@ -190,11 +222,26 @@ vllm:num_requests_running{engine="1",model_name="m"} 1.0
 vllm:num_requests_waiting{engine="0",model_name="m"} 2.0
 # TYPE vllm:num_preemptions counter
 vllm:num_preemptions_total{engine="0",model_name="m"} 7.0
+# TYPE vllm:generation_tokens counter
+vllm:generation_tokens_total{engine="0",model_name="m"} 900.0
+vllm:generation_tokens_total{engine="1",model_name="m"} 100.0
+# TYPE vllm:inter_token_latency_seconds histogram
+vllm:inter_token_latency_seconds_bucket{engine="0",le="+Inf",model_name="m"} 800.0
+vllm:inter_token_latency_seconds_count{engine="0",model_name="m"} 800.0
+vllm:inter_token_latency_seconds_sum{engine="0",model_name="m"} 16.0
+# TYPE vllm:time_per_output_token_seconds histogram
+vllm:time_per_output_token_seconds_count{engine="0",model_name="m"} 800.0
+vllm:time_per_output_token_seconds_sum{engine="0",model_name="m"} 16.0
 """
     load = parse_vllm_metrics(text)
     assert load.kv_capacity_tokens == 10576 + 1600
     assert load.kv_used_tokens == 5288 + 400
     assert (load.running, load.waiting, load.preemptions) == (4, 2, 7)
+    assert load.generation_tokens == 1000  # engines added up
+    assert (load.inter_tokens, load.inter_token_seconds) == (800, 16.0)  # the old name not twice
+
+    older = parse_vllm_metrics(text.replace("inter_token_latency", "x_unused"))
+    assert (older.inter_tokens, older.inter_token_seconds) == (800, 16.0)  # before the rename
 
 
 def test_http_members_are_scheduled_from_their_metrics_and_a_refused_one_is_dropped(served_pair):

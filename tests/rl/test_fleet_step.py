@@ -56,7 +56,7 @@ def one_step(tmp_path, data, sandbox_url, members, policy, tokenizer):
     return fleet, loads
 
 
-@pytest.mark.parametrize("policy", ["kv_aware", "least_loaded", "static"])
+@pytest.mark.parametrize("policy", ["adaptive", "kv_aware", "static"])
 def test_a_step_on_two_in_process_engines(tmp_path, rl_data, sandbox_url, policy):  # noqa: F811
     engines = member_engines(budget=2 * 400)
     try:
@@ -93,7 +93,7 @@ def test_a_member_dying_mid_step_loses_no_rollout(tmp_path, rl_data, sandbox_url
     assert fleet.reruns >= 1 and not fleet.scheduler.members[0].alive
 
 
-@pytest.mark.parametrize("policy", ["kv_aware", "least_loaded", "static"])
+@pytest.mark.parametrize("policy", ["adaptive", "least_loaded", "static"])
 def test_a_step_on_two_serve_model_servers(tmp_path, rl_data, sandbox_url, policy):  # noqa: F811
     engines = member_engines(budget=2 * 400)
     try:
@@ -124,7 +124,7 @@ def test_a_recipe_with_members_builds_its_fleet_through_the_factory(tmp_path, rl
 
 
 @pytest.mark.parametrize("rollout, message", [
-    ({"scheduler": "fastest"}, "rollout.scheduler: must be one of 'static', 'least_loaded', 'kv_aware'"),
+    ({"scheduler": "fastest"}, "rollout.scheduler: must be one of 'static', 'least_loaded', 'kv_aware', 'adaptive'"),
     ({"members": [{"kind": "openai"}]}, "rollout.members.0: an 'openai' member needs base_url"),
     ({"members": [{"kind": "openai", "base_url": "http://h", "ray": True}]}, "only 'hf' and 'vllm' members"),
 ])

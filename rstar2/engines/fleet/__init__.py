@@ -1,9 +1,10 @@
 """Rollout at cluster scale: one ``Engine`` over many members, scheduled per trajectory.
 
-* ``policies`` -- the ``Scheduler`` (``static``, ``least_loaded``, ``kv_aware``), plain code the
-  fleet and ``benchmarks/scheduler_sim.py`` both run;
+* ``policies`` -- the ``Scheduler`` (``static``, ``least_loaded``, ``kv_aware``, ``adaptive``),
+  plain code the fleet and ``benchmarks/scheduler_sim.py`` both run; ``adaptive`` (the default)
+  lives in ``adaptive``, with the length model it predicts from in ``lengths``;
 * ``members`` -- the engines a fleet drives: ``LocalMember`` (in this process), ``HTTPMember``
-  (an OpenAI-compatible server, load read from vLLM's ``/metrics`` names);
+  (an OpenAI-compatible server, load and decode counters read from vLLM's ``/metrics`` names);
 * ``ray_member`` -- ``RayMember``, an engine in a Ray actor, replaced when it dies;
 * ``engine`` -- ``Fleet`` itself. See ``docs/fleet.md``.
 """

@@ -1,14 +1,19 @@
 """``Fleet``: one ``Engine`` over many members, scheduled per trajectory.
 
-    fleet = Fleet([LocalMember(engine_a), HTTPMember("http://node2:8000")], "kv_aware")
+    fleet = Fleet([LocalMember(engine_a), HTTPMember("http://node2:8000")])  # "adaptive"
     agent = Agent(fleet, tokenizer, sandbox)     # the trainer and the agent see one engine
 
 How a trajectory is identified across its turns: the agent runs every rollout inside
 ``base.run_trajectory(engine, need_tokens, body)``, which enters ``fleet.trajectory(need)``.
-That context submits the trajectory to the ``Scheduler``, waits for its admission, and puts
-its ticket in a context variable, so every ``generate`` the rollout's coroutine makes (one per
-turn) finds its member without any id passing through the agent loop. A ``generate`` outside
-any trajectory (eval, chat) is scheduled as a one-turn trajectory of its own.
+That context puts the trajectory's ticket in a context variable, so every ``generate`` the
+rollout's coroutine makes (one per turn) finds it without any id passing through the agent
+loop. The first ``generate`` submits the trajectory to the ``Scheduler`` with its prompt (the
+rollouts of one prompt share a group: their lengths predict each other) and waits for its
+admission; each later one asks the scheduler which member runs that turn (``begin_turn``:
+its own, unless the policy moves it while it waited on a tool) and reports the turn's end
+(``end_turn``); leaving the context releases it (a trajectory that ended normally teaches the
+policy its length). A ``generate`` outside any trajectory (eval, chat) is scheduled as a
+one-turn trajectory of its own.
 
 A member that dies (``MemberDown``: a closed engine, a refused connection, a dead actor) is
 taken out of the schedule; every trajectory pinned to it raises ``TrajectoryLost`` at its next
@@ -47,7 +52,7 @@ class Ticket:
 
     key: int
     need_tokens: int
-    admitted: asyncio.Future
+    admitted: asyncio.Future | None = None  # set when its first turn asks to run
     member: int | None = None
     lost: bool = False
 
@@ -57,7 +62,8 @@ CURRENT: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar(
 
 
 class TrajectoryScope:
-    """``async with fleet.trajectory(need):`` -- admission on entry, release on exit."""
+    """``async with fleet.trajectory(need):`` -- a ticket on entry (admitted when its first
+    turn asks to run), release on exit."""
 
     def __init__(self, fleet: Fleet, need_tokens: int):
         self.fleet, self.need_tokens = fleet, need_tokens
@@ -65,19 +71,20 @@ class TrajectoryScope:
         self.token: contextvars.Token | None = None
 
     async def __aenter__(self) -> Ticket:
-        self.ticket = await self.fleet.admit(self.need_tokens)
+        await self.fleet.ready()
+        self.ticket = Ticket(next(self.fleet.keys), self.need_tokens)
         self.token = CURRENT.set(self.ticket)
         return self.ticket
 
-    async def __aexit__(self, *exc_info) -> None:
+    async def __aexit__(self, exc_type, *exc_info) -> None:
         CURRENT.reset(self.token)
-        self.fleet.release(self.ticket)
+        self.fleet.release(self.ticket, finished=exc_type is None)
 
 
 class Fleet:
     """An ``Engine`` over ``members``; see the module docstring."""
 
-    def __init__(self, members: Sequence[Member], scheduler: PolicyName = "kv_aware",
+    def __init__(self, members: Sequence[Member], scheduler: PolicyName = "adaptive",
                  poll_s: float = 0.25):
         self.members = list(members)
         self.policy = scheduler
@@ -104,15 +111,22 @@ class Fleet:
         if ticket is None:
             need = sum(len(p) for p in prompts) + params.max_tokens * len(prompts)
             return await run_trajectory(self, need, lambda: self.generate(prompts, params))
+        context = sum(len(p) for p in prompts)
+        if ticket.member is None:
+            await self.admit(ticket, prompts)
+        elif not ticket.lost:
+            ticket.member = self.scheduler.begin_turn(ticket.key, context)
         if ticket.lost:
             self.reruns += 1
             raise TrajectoryLost(f"member {ticket.member} died")
         try:
-            return await self.members[ticket.member].generate(prompts, params)
+            completions = await self.members[ticket.member].generate(prompts, params)
         except MemberDown:
             self.lose(ticket.member)
             self.reruns += 1
             raise TrajectoryLost(f"member {ticket.member} died") from None
+        self.scheduler.end_turn(ticket.key, context + sum(len(c.token_ids) for c in completions))
+        return completions
 
     def trajectory(self, need_tokens: int) -> TrajectoryScope:
         """The scope of one trajectory (see ``base.run_trajectory``)."""
@@ -169,21 +183,17 @@ class Fleet:
             await member.close()
 
     # ----------------------------------------------------------------- admission
-    async def admit(self, need_tokens: int) -> Ticket:
-        """Submit a trajectory and wait until the scheduler pins it to a member."""
-        await self.ready()
-        ticket = Ticket(next(self.keys), need_tokens, asyncio.get_running_loop().create_future())
+    async def admit(self, ticket: Ticket, prompts: Sequence[Sequence[int]]) -> None:
+        """Submit the trajectory with its first turn's prompts (rollouts of one prompt share a
+        group) and wait until the scheduler pins it to a member."""
+        ticket.admitted = asyncio.get_running_loop().create_future()
         self.tickets[ticket.key] = ticket
-        self.scheduler.submit(ticket.key, need_tokens)
+        group = hash(tuple(tuple(p) for p in prompts))
+        self.scheduler.submit(ticket.key, ticket.need_tokens, sum(len(p) for p in prompts), group)
         if self.poller is None:
             self.poller = asyncio.create_task(self.poll())
         self.dispatch()
-        try:
-            ticket.member = await ticket.admitted
-        except BaseException:
-            self.release(ticket)
-            raise
-        return ticket
+        ticket.member = await ticket.admitted
 
     async def ready(self) -> None:
         async with self.starting:  # the first trajectories all arrive at once
@@ -202,9 +212,9 @@ class Fleet:
             if load is None:
                 self.lose(index)
 
-    def release(self, ticket: Ticket) -> None:
+    def release(self, ticket: Ticket, finished: bool = False) -> None:
         self.tickets.pop(ticket.key, None)
-        self.scheduler.release(ticket.key)
+        self.scheduler.release(ticket.key, finished=finished and not ticket.lost)
         self.dispatch()
 
     def dispatch(self) -> None:
@@ -230,7 +240,7 @@ class Fleet:
                 if load is None:
                     self.lose(index)
                 else:
-                    self.scheduler.report(index, load.kv_capacity_tokens, load.kv_used_tokens)
+                    self.scheduler.report(index, load)
             self.dispatch()
         self.poller = None
 

@@ -164,11 +164,13 @@ def load_from_samples(samples: Iterable[tuple[str, Mapping[str, str], float]]) -
     named without ``_total``). A data-parallel engine reports each engine under its ``engine``
     label; their numbers are added up. Each engine's capacity is the ``kv_cache_size_tokens``
     label of ``vllm:cache_config_info``, else ``num_gpu_blocks`` x ``block_size``; its use is
-    ``vllm:kv_cache_usage_perc`` (a fraction) of that."""
+    ``vllm:kv_cache_usage_perc`` (a fraction) of that. The decode counters are
+    ``vllm:generation_tokens_total`` and the sum and count of
+    ``vllm:inter_token_latency_seconds`` (``vllm:time_per_output_token_seconds``, its older
+    name, where only that one is served)."""
     capacity: dict[str, int] = {}
     usage: dict[str, float] = {}
-    counts = {"vllm:num_requests_running": 0.0, "vllm:num_requests_waiting": 0.0,
-              "vllm:num_preemptions": 0.0}
+    counts = {name: 0.0 for name in COUNTED}
     for name, labels, value in samples:
         engine = labels.get("engine", "0")
         name = name.removesuffix("_total")
@@ -181,10 +183,22 @@ def load_from_samples(samples: Iterable[tuple[str, Mapping[str, str], float]]) -
     if not any(capacity.values()):
         raise EngineError("the metrics have no vllm:cache_config_info with the KV cache size")
     used = sum(round(usage.get(engine, 0.0) * size) for engine, size in capacity.items())
+    latency = "vllm:inter_token_latency_seconds"
+    if not counts[latency + "_count"]:
+        latency = "vllm:time_per_output_token_seconds"
     return EngineLoad(kv_capacity_tokens=sum(capacity.values()), kv_used_tokens=used,
                       running=int(counts["vllm:num_requests_running"]),
                       waiting=int(counts["vllm:num_requests_waiting"]),
-                      preemptions=int(counts["vllm:num_preemptions"]))
+                      preemptions=int(counts["vllm:num_preemptions"]),
+                      generation_tokens=int(counts["vllm:generation_tokens"]),
+                      inter_token_seconds=counts[latency + "_sum"],
+                      inter_tokens=int(counts[latency + "_count"]))
+
+
+COUNTED = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:num_preemptions",
+           "vllm:generation_tokens", "vllm:inter_token_latency_seconds_sum",
+           "vllm:inter_token_latency_seconds_count", "vllm:time_per_output_token_seconds_sum",
+           "vllm:time_per_output_token_seconds_count")
 
 
 def kv_cache_size(labels: Mapping[str, str]) -> int:

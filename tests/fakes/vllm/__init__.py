@@ -208,6 +208,9 @@ class FakeAsyncLLM:
             FakeGauge("vllm:num_requests_running", labels, float(load.running)),
             FakeGauge("vllm:num_requests_waiting", labels, float(load.waiting)),
             FakeCounter("vllm:num_preemptions", labels, load.preemptions),
+            FakeCounter("vllm:generation_tokens", labels, load.generation_tokens),
+            FakeHistogram("vllm:inter_token_latency_seconds", labels, load.inter_tokens,
+                          load.inter_token_seconds, {"+Inf": load.inter_tokens}),
             FakeHistogram("vllm:e2e_request_latency_seconds", labels, 0, 0.0, {"+Inf": 0}),
         ]
 
