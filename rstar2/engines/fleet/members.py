@@ -6,7 +6,8 @@ requests running and waiting: ``base.EngineLoad``), ``update_weights``, ``reseed
 ``restart`` (bring a dead member back, where that is possible: a Ray actor is replaced).
 
 ``HTTPMember`` reads its load from ``/metrics`` under vLLM's metric names, so the same class
-drives ``vllm serve`` and ``rstar2 serve-model`` (which serves the same names).
+drives ``vllm serve`` and ``rstar2 serve-model`` (which serves the same names); a ``vllm serve``
+member that takes new weights is a ``VLLMServerMember`` (``vllm_server``).
 """
 
 from __future__ import annotations
@@ -112,7 +113,8 @@ class HTTPMember:
     async def update_weights(self, state_dict: Mapping, version: int | None = None) -> None:
         """Write the weights to a directory this server can read and ask it to load them
         (SGLang's ``/update_weights_from_disk``, which ``rstar2 serve-model`` also serves;
-        a vLLM server takes weights through its own weight-transfer routes instead)."""
+        a ``vllm serve`` member is a ``VLLMServerMember``, which takes weights through vLLM's
+        weight-transfer routes instead)."""
         if not state_dict:
             self.weight_version = version
             return
