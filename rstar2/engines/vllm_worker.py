@@ -84,7 +84,9 @@ class SharedWeights:
 
 
 def read_rows(path: str, size: int, rows: list[Row]) -> list[tuple[str, torch.Tensor]]:
-    """The tensors ``rows`` describe, viewed (not copied) from the file at ``path``."""
+    """The tensors ``rows`` describe, viewed (not copied) from the file at ``path``: valid
+    until the sender writes the next bucket into it, which it does once the call that read
+    them has returned (the model's ``load_weights`` copies them into its parameters)."""
     buffer = torch.from_file(path, shared=False, size=size, dtype=torch.uint8)
     weights = []
     for name, dtype, shape, offset in rows:

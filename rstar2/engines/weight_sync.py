@@ -1,8 +1,8 @@
 """Weight sync strategies: after every update, the learner's weights reach every engine.
 
-    sync = GatherSync(learner, engine)                          # any TrainableEngine
-    sync = GroupSync(learner, fleet, GlooBroadcast(learner))    # 'hf' Ray actor members
-    sync = GroupSync(learner, fleet, VLLMTransfer(learner))     # vLLM members (Ray or vllm serve)
+    sync = GatherSync(learner, engine)                   # any TrainableEngine
+    sync = GroupSync(fleet, GlooBroadcast(learner))      # 'hf' Ray actor members
+    sync = GroupSync(fleet, VLLMTransfer(learner))       # vLLM members (Ray or vllm serve)
     seconds = await sync.push(version)
 
 * ``GatherSync``: the learner's full state dict (a collective over its ranks, answered by rank
