@@ -173,10 +173,18 @@ def expected(learner, workers: list[dict[str, str]]) -> dict[str, str]:
     return digests({name: state[name] for name in workers[0]})
 
 
+async def push_and_settle(learner, fleet, version: int) -> None:
+    """One push, then wait for the replacements the fleet started during it."""
+    await learner.push_weights(version)
+    while fleet.restarts:
+        await asyncio.gather(*fleet.restarts)
+
+
 def test_vllm_members_take_weights_by_vllms_transfer_and_stamp_versions(
         stand_in_ray, config, tokenizer):  # noqa: F811
     """Two Ray members, one with two tensor-parallel workers: the learner's rank 0 and the
-    three workers form one group (ranks 1-2 and 3), and every worker ends up bitwise equal."""
+    three workers form one group (ranks 1-2 and 3), and every worker ends up bitwise equal; a
+    member replaced after dying is caught up through the fleet's ``on_replaced``."""
     from rstar2.cluster.learner import DistributedLearner
     from rstar2.engines.factory import MemberSpec, open_fleet
     from rstar2.engines.fleet.vllm_member import VLLMRayMember
@@ -207,6 +215,14 @@ def test_vllm_members_take_weights_by_vllms_transfer_and_stamp_versions(
         moved = expected(learner, [a0])
         assert member_digests(fleet) == [[moved, moved], [moved]]
         assert versions(fleet, tokenizer) == [2, 2]
+        killed = fleet.members[1].actor  # dies between steps: the push forms a group without
+        stand_in_ray.kill(killed)       # it, its replacement is caught up in a group of its own
+        learner.learn(batch(tokenizer))
+        asyncio.run(push_and_settle(learner, fleet, 3))
+        assert fleet.replaced == 1 and fleet.members[1].actor != killed
+        latest = expected(learner, [a0])
+        assert latest != moved and member_digests(fleet) == [[latest, latest], [latest]]
+        assert versions(fleet, tokenizer) == [3, 3]
     finally:
         learner.close()
         asyncio.run(fleet.close())
