@@ -123,14 +123,20 @@ class HTTPMember:
         with tempfile.TemporaryDirectory(prefix="rstar2-weights-") as folder:
             tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in state_dict.items()}
             await asyncio.to_thread(save_file, tensors, str(Path(folder) / "model.safetensors"))
-            try:
-                response = await self.http.post(self.server + "/update_weights_from_disk",
-                                                json={"model_path": folder}, timeout=600.0)
-            except httpx.TransportError as exc:
-                raise MemberDown(f"{self.name}: {exc}") from exc
-            if response.status_code >= 400:
-                raise EngineError(f"{self.name} refused the weights: {response.text[:300]}")
+            await self.call("POST", "/update_weights_from_disk", json={"model_path": folder})
         self.weight_version = version
+
+    async def call(self, method: str, route: str, timeout_s: float = 600.0, **kwargs) -> dict:
+        """``route`` of the server (beside ``/v1``), its JSON answer: a refused connection
+        means the member is down, an answered error is the request's own (``EngineError``)."""
+        try:
+            response = await self.http.request(method, self.server + route, timeout=timeout_s,
+                                               **kwargs)
+        except httpx.TransportError as exc:
+            raise MemberDown(f"{self.name}: {exc}") from exc
+        if response.status_code >= 400:
+            raise EngineError(f"{self.name} {route}: {response.status_code} {response.text[:300]}")
+        return response.json()
 
     def reseed(self, seed: int) -> None:
         """Servers keep their own randomness."""

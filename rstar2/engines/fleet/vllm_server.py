@@ -30,7 +30,7 @@ from collections.abc import Mapping
 
 import httpx
 
-from rstar2.engines.fleet.members import HTTPMember, MemberDown
+from rstar2.engines.fleet.members import HTTPMember
 from rstar2.engines.openai import EngineError
 
 TRANSFER_TIMEOUT_S = 600.0
@@ -44,29 +44,13 @@ class VLLMServerMember(HTTPMember):
         super().__init__(base_url, model=model, name=name, timeout_s=timeout_s)
         self.sender = None  # vLLM's trainer-side engine, when this process sends the weights
 
-    async def post(self, route: str, json: dict | None = None, params: dict | None = None) -> dict:
-        """One RL route of the server; a refused connection means the member is down."""
-        try:
-            response = await self.http.post(self.server + route, json=json, params=params,
-                                            timeout=TRANSFER_TIMEOUT_S)
-        except httpx.TransportError as exc:
-            raise MemberDown(f"{self.name}: {exc}") from exc
-        if response.status_code >= 400:
-            raise EngineError(f"{self.name} {route}: {response.status_code} {response.text[:300]}")
-        return response.json()
-
     # ------------------------------------------------- weights.TransferReceiver
     async def transfer_workers(self) -> int:
         try:
-            response = await self.http.get(self.server + "/get_world_size",
-                                           params={"include_dp": "true"})
-        except httpx.TransportError as exc:
-            raise MemberDown(f"{self.name}: {exc}") from exc
-        if response.status_code >= 400:
-            raise EngineError(f"{self.name} has no RL routes (/get_world_size: "
-                              f"{response.status_code}); is it vllm serve with "
-                              "--weight-transfer-config?")
-        return int(response.json()["world_size"])
+            answer = await self.call("GET", "/get_world_size", params={"include_dp": "true"})
+        except EngineError as exc:
+            raise EngineError(f"{exc}; is it vllm serve with --weight-transfer-config?") from exc
+        return int(answer["world_size"])
 
     def transfer_client(self):
         from rstar2.engines.vllm import require
@@ -75,21 +59,21 @@ class VLLMServerMember(HTTPMember):
             self.server, timeout=TRANSFER_TIMEOUT_S)
 
     async def before_transfer(self) -> None:
-        await self.post("/pause", params={"mode": "wait", "clear_cache": "true"})
+        await self.call("POST", "/pause", params={"mode": "wait", "clear_cache": "true"})
 
     async def after_transfer(self, version: int | None) -> None:
         if version is not None:
-            await self.post("/update_weight_version", {"new_version": str(version)})
-        await self.post("/resume")
+            await self.call("POST", "/update_weight_version", json={"new_version": str(version)})
+        await self.call("POST", "/resume")
         self.weight_version = version
 
     async def end_weight_transfer(self) -> None:
-        await self.post("/shutdown_weight_transfer_engine")
+        await self.call("POST", "/shutdown_weight_transfer_engine")
 
     async def weight_digests(self) -> list[dict[str, str]]:
         """vLLM's per-parameter sha256 of the server's weights (``/weight_checker``), as one
         dict (keys prefixed with each worker's parallel ranks)."""
-        return [(await self.post("/weight_checker", {"action": "checksum"}))["checksums"]]
+        return [(await self.call("POST", "/weight_checker", json={"action": "checksum"}))["checksums"]]
 
     # ------------------------------------------------- a state dict from this process
     async def update_weights(self, state_dict: Mapping, version: int | None = None) -> None:

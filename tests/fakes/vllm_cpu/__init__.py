@@ -18,41 +18,51 @@ from __future__ import annotations
 INSTALLED = False
 
 
+def swaps() -> list[tuple[object, str, object, object]]:
+    """(module, attribute, stand-in, vLLM's own) for every part swapped."""
+    import vllm.engine.async_llm_engine as async_llm_engine
+    from vllm.distributed.weight_transfer import nccl_common, nccl_engine, packed_tensor
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    from tests.fakes.vllm_cpu import transport
+    from tests.fakes.vllm_cpu.engine import FakeAsyncLLM
+
+    return [
+        (async_llm_engine, "AsyncLLMEngine", FakeAsyncLLM, AsyncLLM),
+        (nccl_engine, "worker_init_process_group", transport.worker_init_process_group,
+         nccl_common.worker_init_process_group),
+        (nccl_engine, "open_trainer_endpoint", transport.open_trainer_endpoint,
+         nccl_common.trainer_init),
+        (nccl_engine, "packed_nccl_broadcast_producer", transport.packed_producer,
+         packed_tensor.packed_nccl_broadcast_producer),
+        (nccl_engine, "packed_nccl_broadcast_consumer", transport.packed_consumer,
+         packed_tensor.packed_nccl_broadcast_consumer),
+    ]
+
+
 def install() -> None:
     """Swap the GPU-bound parts (idempotent)."""
     global INSTALLED
     if INSTALLED:
         return
-    import vllm.engine.async_llm_engine as async_llm_engine
-    from vllm.distributed.weight_transfer import WeightTransferEngineFactory, nccl_engine
+    from vllm.distributed.weight_transfer import WeightTransferEngineFactory
 
-    from tests.fakes.vllm_cpu import transport
-    from tests.fakes.vllm_cpu.engine import FakeAsyncLLM
     from tests.fakes.vllm_cpu.worker import CPUNCCLWeightTransferEngine
 
-    async_llm_engine.AsyncLLMEngine = FakeAsyncLLM
-    nccl_engine.worker_init_process_group = transport.worker_init_process_group
-    nccl_engine.open_trainer_endpoint = transport.open_trainer_endpoint
-    nccl_engine.packed_nccl_broadcast_producer = transport.packed_producer
-    nccl_engine.packed_nccl_broadcast_consumer = transport.packed_consumer
+    for module, name, stand_in, _ in swaps():
+        setattr(module, name, stand_in)
     WeightTransferEngineFactory._registry["nccl"] = lambda: CPUNCCLWeightTransferEngine
     INSTALLED = True
 
 
 def uninstall() -> None:
-    """Put vLLM's own parts back (a test that checks the unswapped package runs after)."""
+    """Put vLLM's own parts back (the contract tests check the unswapped package)."""
     global INSTALLED
     if not INSTALLED:
         return
-    import vllm.engine.async_llm_engine as async_llm_engine
-    from vllm.distributed.weight_transfer import WeightTransferEngineFactory, nccl_common, nccl_engine
-    from vllm.distributed.weight_transfer import packed_tensor
-    from vllm.v1.engine.async_llm import AsyncLLM
+    from vllm.distributed.weight_transfer import WeightTransferEngineFactory, nccl_engine
 
-    async_llm_engine.AsyncLLMEngine = AsyncLLM
-    nccl_engine.worker_init_process_group = nccl_common.worker_init_process_group
-    nccl_engine.open_trainer_endpoint = nccl_common.trainer_init
-    nccl_engine.packed_nccl_broadcast_producer = packed_tensor.packed_nccl_broadcast_producer
-    nccl_engine.packed_nccl_broadcast_consumer = packed_tensor.packed_nccl_broadcast_consumer
+    for module, name, _, real in swaps():
+        setattr(module, name, real)
     WeightTransferEngineFactory._registry["nccl"] = lambda: nccl_engine.NCCLWeightTransferEngine
     INSTALLED = False
