@@ -21,7 +21,13 @@ from __future__ import annotations
 
 from rstar2.engines.base import TrainableEngine
 from rstar2.engines.fleet import Fleet
-from rstar2.engines.weight_sync import GatherSync, GlooBroadcast, GroupSync, VLLMTransfer, WeightSync
+from rstar2.engines.weight_sync import (
+    GatherSync,
+    GlooBroadcast,
+    GroupSync,
+    VLLMTransfer,
+    WeightSync,
+)
 from rstar2.engines.weights import BroadcastReceiver, TransferReceiver, WeightSource
 
 

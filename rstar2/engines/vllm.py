@@ -140,7 +140,7 @@ class VLLMEngine:
 
         snapshot = require("vllm.v1.metrics.reader", "get_metrics_snapshot")()
         return load_from_samples((m.name, m.labels, m.value) for m in snapshot
-                                 if hasattr(m, "value"))
+                                 if hasattr(m, "value"))  # vLLM's histograms carry no value
 
     def samples_from(self, model: object) -> bool:
         return False  # vLLM always holds its own copy of the weights

@@ -54,7 +54,8 @@ class SharedWeights:
     """One file, reused for every bucket of an update, removed on ``close``."""
 
     def __init__(self, manifest: Manifest, bucket_indices: list[list[int]]):
-        self.size = max((self.layout(manifest, bucket)[1] for bucket in bucket_indices), default=ALIGN)
+        self.size = max((self.layout(manifest, bucket)[1] for bucket in bucket_indices),
+                        default=ALIGN)
         self.path = os.path.join(shared_directory(self.size), f"rstar2-weights-{uuid.uuid4().hex}")
         self.buffer = torch.from_file(self.path, shared=True, size=self.size, dtype=torch.uint8)
 

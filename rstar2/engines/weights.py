@@ -3,8 +3,8 @@
 This module owns the pieces every sync strategy (``rstar2.engines.weight_sync``) is built from,
 and the two small protocols at the boundary:
 
-* ``WeightSource`` -- what a learner offers (implemented by ``rstar2.cluster.DistributedLearner``):
-  its full state dict, and, for a direct sync, a rank 0 that forms a group with the members
+* ``WeightSource`` -- what a learner offers (``rstar2.cluster.learner.DistributedLearner``): its
+  full state dict, and, for a direct sync, a rank 0 that forms a group with the members
   and sends over it (a gloo broadcast of buckets, or vLLM's own trainer-side transfer engine);
 * ``WeightReceiver`` -- what a fleet member offers to receive them directly
   (``BroadcastReceiver``: an 'hf' Ray actor member joins rank 0's gloo group;
@@ -170,8 +170,9 @@ class TransferReceiver(Protocol):
         ...
 
     def transfer_client(self) -> Any:
-        """vLLM's ``VLLMWeightSyncClient`` for this member: plain synchronous calls, picklable,
-        so a learner rank can drive the handshake and each round (``rstar2.engines.vllm_transfer``)."""
+        """vLLM's ``VLLMWeightSyncClient`` for this member: plain synchronous calls,
+        picklable, so a learner rank can drive the handshake and each round
+        (``rstar2.engines.vllm_transfer``)."""
         ...
 
     async def before_transfer(self) -> None:

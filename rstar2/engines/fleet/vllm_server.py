@@ -73,7 +73,8 @@ class VLLMServerMember(HTTPMember):
     async def weight_digests(self) -> list[dict[str, str]]:
         """vLLM's per-parameter sha256 of the server's weights (``/weight_checker``), as one
         dict (keys prefixed with each worker's parallel ranks)."""
-        return [(await self.call("POST", "/weight_checker", json={"action": "checksum"}))["checksums"]]
+        answer = await self.call("POST", "/weight_checker", json={"action": "checksum"})
+        return [answer["checksums"]]
 
     # ------------------------------------------------- a state dict from this process
     async def update_weights(self, state_dict: Mapping, version: int | None = None) -> None:

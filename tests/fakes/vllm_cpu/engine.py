@@ -170,10 +170,11 @@ class FakeAsyncLLM(AsyncLLM):
         engine = HFEngine(HFEngineConfig(model=args.model, dtype=dtype, seed=args.seed,
                                          max_batch_size=args.max_num_seqs or 32, device="cpu"))
         worker = worker_class(args.worker_extension_cls)
-        workers = [worker(engine.model, SimpleNamespace(
-                       parallel_config=ParallelConfig(tensor_parallel_size=tensor_parallel, rank=rank),
-                       model_config=None), args.weight_transfer_config, rank)
+        configs = [SimpleNamespace(model_config=None, parallel_config=ParallelConfig(
+                       tensor_parallel_size=tensor_parallel, rank=rank))
                    for rank in range(tensor_parallel)]
+        workers = [worker(engine.model, config, args.weight_transfer_config, rank)
+                   for rank, config in enumerate(configs)]
         self.engine = engine
         self.core = FakeEngineCore(engine, workers)
         self.engine_core = FakeCoreClient(self.core)

@@ -24,11 +24,12 @@ class StandInCollector:
         preemptions = self.llm.core.preempted + load.preemptions
         blocks = load.kv_capacity_tokens // BLOCK_SIZE
         labels = {"model_name": "stand-in", "engine": ENGINE_INDEX}
-        info = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+        info = GaugeMetricFamily("vllm:cache_config_info", "the cache config",
                                  labels=["block_size", "num_gpu_blocks", "engine"])
         info.add_metric([str(BLOCK_SIZE), str(blocks), ENGINE_INDEX], 1.0)
         yield info
-        for name, value in (("vllm:kv_cache_usage_perc", load.kv_used_tokens / max(blocks * BLOCK_SIZE, 1)),
+        usage = load.kv_used_tokens / max(blocks * BLOCK_SIZE, 1)
+        for name, value in (("vllm:kv_cache_usage_perc", usage),
                             ("vllm:num_requests_running", float(load.running)),
                             ("vllm:num_requests_waiting", float(load.waiting))):
             gauge = GaugeMetricFamily(name, name, labels=list(labels))
