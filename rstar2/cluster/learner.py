@@ -37,7 +37,7 @@ import torch
 from rstar2.cluster.plan import check_learner_options, weight_sync_method
 from rstar2.cluster.weight_sync import open_weight_sync
 from rstar2.engines.base import TrainableEngine
-from rstar2.engines.weight_sync import GroupSync, WeightSync
+from rstar2.engines.weight_sync import WeightSync
 from rstar2.engines.weights import Manifest
 from rstar2.rl.checkpoint import (
     TrainingState,
@@ -123,9 +123,8 @@ class DistributedLearner:
 
     async def catch_up(self, member) -> None:
         """The current weights to a member the fleet has just replaced (the fleet's
-        ``on_replaced``): over the direct sync when there is one; a gathering sync's fleet
-        keeps the last weights itself, and before the first push there is nothing to send."""
-        if isinstance(self.sync, GroupSync):
+        ``on_replaced``), by the sync; before the first push there is nothing to send."""
+        if self.sync is not None:
             await self.sync.catch_up(member)
 
     # ------------------------------------------------- engines.weights.WeightSource

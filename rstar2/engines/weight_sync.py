@@ -43,6 +43,10 @@ class WeightSync(Protocol):
         step they come from), when it returns; its seconds."""
         ...
 
+    async def catch_up(self, member) -> None:
+        """The last pushed weights to a fleet member that has just replaced a dead one."""
+        ...
+
 
 class GatherSync:
     """Rank 0's full state dict through this process to ``engine.update_weights``."""
@@ -54,6 +58,10 @@ class GatherSync:
         start = time.perf_counter()
         await self.engine.update_weights(self.learner.full_state_dict(), version)
         return time.perf_counter() - start
+
+    async def catch_up(self, member) -> None:
+        """Nothing: the weights went through the fleet's ``update_weights``, and the fleet
+        hands a replaced member the last ones itself."""
 
 
 class Transport(Protocol):

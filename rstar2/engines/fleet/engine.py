@@ -91,9 +91,9 @@ class Fleet:
         self.restarts: set[asyncio.Task] = set()
         self.last_weights: Mapping | None = None
         self.on_replaced = on_replaced
-        """How a replaced member gets the current weights when they do not pass through
+        """How a replaced member gets the current weights when they never passed through
         ``update_weights`` (a learner that sends to the members directly catches it up);
-        None: ``last_weights``."""
+        weights that did pass through are handed over from ``last_weights``."""
         self.last_version: int | None = None
         self.seed: int | None = None
         self.reruns = 0  # trajectories run again because their member died
@@ -252,10 +252,10 @@ class Fleet:
         member = self.members[index]
         try:
             if await member.restart():
-                if self.on_replaced is not None:
-                    await self.on_replaced(member)
-                elif self.last_weights is not None:
+                if self.last_weights is not None:
                     await member.update_weights(self.last_weights, self.last_version)
+                elif self.on_replaced is not None:
+                    await self.on_replaced(member)
                 if self.seed is not None:
                     member.reseed(derive_seed(self.seed, index))
                 load = await member.load()
