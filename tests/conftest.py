@@ -14,15 +14,21 @@ SHARED_DATA = Path(os.environ.get("RSTAR2_SHARED_DATA", REPO.parent / "shared" /
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``gpu`` skip cleanly on a machine without a CUDA GPU."""
+    """Tests marked ``gpu`` skip cleanly on a machine without a CUDA GPU, and those marked
+    ``vllm_contract`` where the vLLM package is not installed (scripts/setup.sh installs it)."""
+    import importlib.util
+
     import torch
 
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU")
-    for item in items:
-        if item.get_closest_marker("gpu") is not None:
-            item.add_marker(skip)
+    skips = {"gpu": None if torch.cuda.is_available() else "needs a CUDA GPU",
+             "vllm_contract": None if importlib.util.find_spec("vllm") else
+             "needs the vLLM package: bash scripts/setup.sh installs the pinned wheel"}
+    for marker, reason in skips.items():
+        if reason is None:
+            continue
+        for item in items:
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(scope="session")

@@ -74,10 +74,12 @@ class ClusterConfig(Section):
     ``model.path``'s config.json (nothing is downloaded)."""
     weight_sync: Literal["auto", "broadcast", "gather"] = "auto"
     """How new weights reach the engines (``rstar2.cluster.weight_sync``): 'broadcast',
-    bucketed from learner rank 0 to the Ray actor members over their own process group;
+    straight from learner rank 0 to the members ('hf' Ray actors: bucketed over a gloo group;
+    vLLM members, in Ray actors or vllm-serve servers: vLLM's own NCCL weight transfer);
     'gather', rank 0's full state dict through the driver to the engine's ``update_weights``
-    (vLLM's ``collective_rpc``, servers' reload from disk); 'auto' broadcasts to members the
-    cluster builds and gathers otherwise."""
+    (shared memory to an in-process vLLM's workers, Ray's object store to actors, a reload
+    from disk for rstar2 serve-model); 'auto' broadcasts to members the cluster builds and to
+    listed vllm-serve servers, and gathers otherwise."""
     learner: LearnerPlacement = LearnerPlacement()
     """The FSDP2 learner."""
     engines: EnginePlacement = EnginePlacement()

@@ -49,7 +49,8 @@ def train_on_cluster(config: RunConfig, tokenizer, problems, resume: bool, conso
         services = None if config.rollout.sandbox_urls else node_sandboxes(config, console)
         if services is not None:
             stack.callback(services.close)
-        engine = cluster_engine(config, tokenizer)
+        # a member the fleet replaces gets the current weights from the learner built next
+        engine = cluster_engine(config, tokenizer, on_replaced=lambda m: learner.catch_up(m))
         stack.callback(lambda: asyncio.run(engine.close()))
         learner = DistributedLearner(config, engine, tokenizer.pad_token_id)
         stack.callback(learner.close)
@@ -106,14 +107,15 @@ def connect_ray(config: RunConfig, console: Console) -> None:
                   f"{ray.cluster_resources().get('GPU', 0):g} GPUs")
 
 
-def cluster_engine(config: RunConfig, tokenizer) -> TrainableEngine:
+def cluster_engine(config: RunConfig, tokenizer, on_replaced=None) -> TrainableEngine:
     """``rollout.members`` when listed, else ``cluster.engines.members`` Ray actor members of
-    ``rollout.engine``'s kind: 'hf', or 'vllm' with ``gpus_per_member`` GPUs on one node."""
+    ``rollout.engine``'s kind: 'hf', or 'vllm' with ``gpus_per_member`` GPUs on one node.
+    ``on_replaced``: the fleet's (how a replaced member gets the current weights)."""
     members = config.rollout.members or tuple(
         built_member(config) for _ in range(config.cluster.engines.members))
     return open_fleet(members, config.rollout.scheduler, model=config.model.path,
                       dtype=config.rollout.engine_dtype or config.model.dtype, seed=config.seed,
-                      tokenizer=tokenizer)
+                      tokenizer=tokenizer, on_replaced=on_replaced)
 
 
 def built_member(config: RunConfig) -> MemberSpec:

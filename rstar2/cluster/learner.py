@@ -4,7 +4,7 @@
     learner = DistributedLearner(config, engine, pad_id)   # needs ray.init() first
     state = learner.restore(resume=True)
     stats, grad_norm = learner.learn(sequences)
-    await learner.push_weights()
+    await learner.push_weights()                            # by the sync cluster.weight_sync picks
     learner.save(step, data_position)
     learner.export(tokenizer, run_dir / "final")            # a plain model directory
 
@@ -15,6 +15,10 @@ so the ranks recompute the old log-probs before updating, exactly as ``LocalLear
 such an engine, and the updated weights are identical to the single-process learner's up to
 float summation order.
 
+It is the engine layer's ``weights.WeightSource``: a direct sync (``engines.weight_sync``)
+has rank 0 form a group with the members and send over it, and ``catch_up`` (the fleet's
+``on_replaced``) sends the current weights to a member the fleet has just replaced.
+
 Checkpoints keep ``rstar2.rl.checkpoint``'s layout and atomicity (a temporary directory renamed
 into ``step_*``, the newest ``keep_last`` kept): the ranks write their DCP shards into it, the
 driver adds its RNG state and ``state.json``.
@@ -22,6 +26,7 @@ driver adds its RNG state and ``state.json``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -30,8 +35,10 @@ import ray
 import torch
 
 from rstar2.cluster.plan import check_learner_options, weight_sync_method
-from rstar2.cluster.weight_sync import WeightSync, open_weight_sync
+from rstar2.cluster.weight_sync import open_weight_sync
 from rstar2.engines.base import TrainableEngine
+from rstar2.engines.weight_sync import WeightSync
+from rstar2.engines.weights import Manifest
 from rstar2.rl.checkpoint import (
     TrainingState,
     latest_checkpoint,
@@ -113,6 +120,32 @@ class DistributedLearner:
         if self.sync is None:
             self.sync = open_weight_sync(weight_sync_method(self.config), self, self.engine)
         self.sync_seconds.append(await self.sync.push(version))
+
+    async def catch_up(self, member) -> None:
+        """The current weights to a member the fleet has just replaced (the fleet's
+        ``on_replaced``), by the sync; before the first push there is nothing to send."""
+        if self.sync is not None:
+            await self.sync.catch_up(member)
+
+    # ------------------------------------------------- engines.weights.WeightSource
+    async def weight_manifest(self) -> Manifest:
+        return await self.ranks[0].weight_manifest.remote()
+
+    async def weight_endpoint(self) -> tuple[str, int]:
+        return tuple(await self.ranks[0].endpoint.remote())
+
+    async def join_weight_group(self, address: str, port: int, size: int) -> None:
+        await self.ranks[0].join_weight_group.remote(address, port, size)
+
+    async def broadcast_weights(self, bucket_bytes: int) -> None:
+        await asyncio.gather(*[rank.broadcast_weights.remote(bucket_bytes) for rank in self.ranks])
+
+    async def open_transfer(self, address: str, port: int, world: int, client) -> None:
+        await asyncio.gather(*[rank.open_transfer.remote(address, port, world, client)
+                               for rank in self.ranks])
+
+    async def send_transfer(self) -> None:
+        await asyncio.gather(*[rank.send_transfer.remote() for rank in self.ranks])
 
     def save(self, step: int, data_position: dict[str, Any]) -> Path:
         """An atomic checkpoint of ``step``: shards from the ranks, RNG and position from here."""

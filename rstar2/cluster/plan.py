@@ -98,12 +98,16 @@ def check_learner_options(config: RunConfig) -> None:
 
 def weight_sync_method(config: RunConfig) -> str:
     """The sync ``cluster.weight_sync`` names; 'auto' broadcasts to the Ray actor members the
-    cluster builds ('hf' by a gloo group, 'vllm' by vLLM's own weight transfer), and gathers
-    through the driver for a fleet the recipe lists (servers)."""
+    cluster builds ('hf' by a gloo group, 'vllm' by vLLM's own weight transfer) and to a
+    listed fleet of vllm-serve servers (vLLM's weight transfer through their routes), and
+    gathers through the driver for another fleet the recipe lists."""
     chosen = config.cluster.weight_sync
-    if chosen == "auto":
-        return "gather" if config.rollout.members else "broadcast"
-    return chosen
+    if chosen != "auto":
+        return chosen
+    members = config.rollout.members
+    if not members or all(member.kind == "vllm-serve" for member in members):
+        return "broadcast"
+    return "gather"
 
 
 def plan_run(config: RunConfig) -> Plan:

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from rstar2.cluster.fsdp import shard_policy, sharded_logprobs, sharded_update
+from rstar2.engines.weights import manifest_of, open_group, send
 from rstar2.rl.batch import TrainSequence
 from rstar2.rl.checkpoint import load_checkpoint, read, resolve_checkpoint, write_durably
 from rstar2.rl.config import validate_config
@@ -51,6 +52,7 @@ class LearnerRank:
             backend = "nccl" if torch.cuda.is_available() else "gloo"
         self.backend = backend
         self.device = "cuda" if backend == "nccl" else "cpu"
+        self.transfer = None  # vLLM's trainer-side weight-transfer engine (open_transfer)
 
     def endpoint(self) -> tuple[str, int]:
         """This node's address and a free port for the process group's rendezvous."""
@@ -97,40 +99,34 @@ class LearnerRank:
         return get_model_state_dict(self.model, options=options)
 
     def join_weight_group(self, address: str, port: int, size: int) -> None:
-        """Rank 0: open the weight-sync group with the engine members (``weight_sync``)."""
-        from rstar2.cluster.weight_sync import open_group
-
+        """Rank 0: open the weight-sync group with the engine members (``engines.weights``)."""
         self.weight_group = open_group(address, port, 0, size)
 
     def weight_manifest(self) -> list:
         """Rank 0: names, shapes and dtypes of the full state dict, in the order it is sent."""
-        from rstar2.cluster.weight_sync import manifest_of
-
         return manifest_of({name: torch.empty(tuple(p.shape), dtype=p.dtype, device="meta")
                             for name, p in self.model.state_dict().items()})
 
     def broadcast_weights(self, bucket_bytes: int) -> None:
         """Every rank (the gather is a collective); rank 0 then sends to the weight group."""
-        from rstar2.cluster.weight_sync import send
-
         state = self.full_state_dict()
         if self.rank == 0:
             send(self.weight_group, state, bucket_bytes)
 
-    def open_vllm_transfer(self, address: str, port: int, world: int, client) -> None:
+    def open_transfer(self, address: str, port: int, world: int, client) -> None:
         """Every rank: vLLM's trainer-side NCCL weight-transfer engine over this rank's policy
-        (``rstar2.cluster.vllm_sync``); rank 0 is the sender and runs the handshake."""
-        from vllm.distributed.weight_transfer import ModuleSource, WeightTransferTrainerFactory
-        from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
+        (``engines.vllm_transfer``), replacing the one before; rank 0 is the sender and runs
+        the handshake through ``client``."""
+        from rstar2.engines.vllm_transfer import open_trainer_transfer
 
-        info = NCCLTrainerInitInfo(master_address=address, master_port=port, world_size=world,
-                                   rank=self.rank)
-        self.vllm_transfer = WeightTransferTrainerFactory.trainer_init(
-            init_info=info, client=client, source=ModuleSource(self.model))
+        if self.transfer is not None:
+            self.transfer.shutdown()
+        self.transfer = open_trainer_transfer(self.model, address=address, port=port,
+                                              world=world, rank=self.rank, client=client)
 
-    def send_vllm_weights(self) -> None:
+    def send_transfer(self) -> None:
         """Every rank (each parameter's gather is a collective); rank 0 sends."""
-        self.vllm_transfer.send_weights()
+        self.transfer.send_weights()
 
     def save(self, directory: str) -> None:
         """This rank's shards into ``directory/sharded`` (DCP); rank 0 adds the schedule."""
@@ -163,5 +159,7 @@ class LearnerRank:
         return {"model": model_state, "optimizer": optimizer_state}
 
     def close(self) -> None:
+        if self.transfer is not None:
+            self.transfer.shutdown()
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -29,7 +29,7 @@ from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-FinishReason = Literal["stop", "length"]
+FinishReason = Literal["stop", "length", "abort", "error", "repetition"]
 
 
 class SamplingParams(BaseModel):
@@ -69,7 +69,10 @@ class Completion(BaseModel):
         description="Log-prob of each sampled token (see the module docstring for the convention)."
     )
     finish_reason: FinishReason = Field(
-        description="'stop': a stop token or string ended it; 'length': max_tokens was reached."
+        description="'stop': a stop token or string ended it; 'length': max_tokens was reached; "
+        "vLLM's other endings, as it reports them: 'abort' (the request was aborted, e.g. by a "
+        "pause of the server), 'error' (a request-level internal error), 'repetition' (vLLM "
+        "detected a repetitive pattern and stopped it)."
     )
     weight_version: int | None = Field(
         None, description="The weights it was sampled under: the version last handed to the "

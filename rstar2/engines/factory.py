@@ -16,8 +16,9 @@ is refused with that reason.
 
 A rollout fleet (``rstar2.engines.fleet``) is built here too (``open_fleet``): its members
 are ``MemberSpec``s -- 'hf' and 'vllm' engines in this process or in Ray actors (a 'vllm'
-actor placed with its GPUs on one node), and 'openai' servers (``rstar2 serve-model`` takes
-weights at ``/update_weights_from_disk``) -- behind one scheduler.
+actor placed with its GPUs on one node), 'openai' servers (``rstar2 serve-model`` takes
+weights at ``/update_weights_from_disk``) and 'vllm-serve' servers (vLLM's weight-transfer
+routes) -- behind one scheduler.
 
 This module does not import torch (``rstar2.rl.config`` reads the vocabulary from it).
 """
@@ -116,11 +117,13 @@ class MemberSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: Literal["hf", "openai", "vllm"] = Field(
+    kind: Literal["hf", "openai", "vllm", "vllm-serve"] = Field(
         "hf", description="'hf': an HFEngine with its own copy of the weights; 'vllm': a "
         "VLLMEngine (GPU, the [gpu] extra); 'openai': a server at base_url that takes weights "
         "at /update_weights_from_disk (rstar2 serve-model) and reports its load at /metrics "
-        "under vLLM's names.")
+        "under vLLM's names; 'vllm-serve': a vllm serve server at base_url (started with "
+        "--weight-transfer-config '{\"backend\": \"nccl\"}') that takes weights through "
+        "vLLM's weight-transfer routes, over NCCL from a CUDA learner.")
     ray: bool = Field(False, description="'hf' and 'vllm': run the engine in a Ray actor (on "
                       "the cluster ray.init finds, else a local one); a dead actor is replaced.")
     gpus: int = Field(1, ge=0, description="'vllm' in Ray: GPUs of the member, all on one "
@@ -145,24 +148,34 @@ class MemberSpec(BaseModel):
 
     @model_validator(mode="after")
     def placed(self) -> MemberSpec:
-        if self.kind == "openai" and not self.base_url:
-            raise ValueError("an 'openai' member needs base_url")
-        if self.kind == "openai" and self.ray:
+        server = self.kind in ("openai", "vllm-serve")
+        if server and not self.base_url:
+            raise ValueError(f"an {self.kind!r} member needs base_url")
+        if server and self.ray:
             raise ValueError("only 'hf' and 'vllm' members run in Ray actors")
         return self
 
 
 def open_fleet(members: Sequence[MemberSpec], scheduler: str, *, model: str, dtype: str,
-               seed: int, tokenizer) -> TrainableEngine:
+               seed: int, tokenizer, on_replaced=None) -> TrainableEngine:
     """A ``Fleet`` over ``members`` (each 'hf' or 'vllm' one loading ``model`` in ``dtype``),
-    scheduled by ``scheduler``; the trainer pushes its weights to every member before sampling."""
+    scheduled by ``scheduler``; the trainer pushes its weights to every member before sampling.
+    ``on_replaced``: how a replaced member gets the current weights when a learner sends them
+    to the members directly (``Fleet``)."""
     from rstar2.engines.fleet import Fleet, HTTPMember
 
+    if sum(spec.kind == "vllm" and not spec.ray for spec in members) > 1:
+        raise ValueError("one 'vllm' member per process: run more with ray: true")
     built, local_threads = [], None
     for index, spec in enumerate(members):
         name = f"member{index}"
         if spec.kind == "openai":
             built.append(HTTPMember(spec.base_url, name=name, weights_dir=spec.weights_dir))
+            continue
+        if spec.kind == "vllm-serve":
+            from rstar2.engines.fleet.vllm_server import VLLMServerMember
+
+            built.append(VLLMServerMember(spec.base_url, name=name))
             continue
         if spec.ray:
             built.append(ray_member(spec, name, model=model, dtype=dtype, seed=seed + index))
@@ -174,7 +187,7 @@ def open_fleet(members: Sequence[MemberSpec], scheduler: str, *, model: str, dty
         import torch
 
         torch.set_num_threads(local_threads)  # after the engines, which set every core
-    return Fleet(built, scheduler)
+    return Fleet(built, scheduler, on_replaced=on_replaced)
 
 
 def member_settings(spec: MemberSpec, *, model: str, dtype: str, seed: int) -> dict[str, Any]:

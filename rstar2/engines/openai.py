@@ -18,11 +18,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from typing import get_args
 from urllib.parse import urlsplit
 
 import httpx
 
-from rstar2.engines.base import Completion, SamplingParams
+from rstar2.engines.base import Completion, FinishReason, SamplingParams
 
 
 class EngineError(RuntimeError):
@@ -125,6 +126,7 @@ def completion(choice: dict) -> Completion:
     values = logprobs.get("token_logprobs")
     if values is None or len(values) != len(ids):
         raise EngineError("the server returned no log-prob for every sampled token")
-    reason = "length" if choice.get("finish_reason") == "length" else "stop"
+    reason = choice.get("finish_reason")  # vLLM's own when it says one ('abort', 'repetition')
+    reason = reason if reason in get_args(FinishReason) else "stop"
     return Completion(token_ids=list(ids), logprobs=[float(v) for v in values],
                       finish_reason=reason)

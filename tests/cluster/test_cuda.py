@@ -12,9 +12,9 @@ import torch
 pytest.importorskip("ray", reason="the distributed learner needs the [ray] extra (scripts/setup.sh)")
 
 from rstar2.cluster.learner import DistributedLearner  # noqa: E402
-from rstar2.cluster.weight_sync import checksum
 from rstar2.engines.factory import MemberSpec, open_fleet
 from rstar2.engines.hf import HFEngine, HFEngineConfig
+from rstar2.engines.weights import checksum
 from rstar2.rl.learner import LocalLearner
 from rstar2.rl.policy import load_policy
 from tests.cluster.test_fsdp_learner import LR, batch, config  # noqa: F401
@@ -39,9 +39,7 @@ def test_nccl_learner_updates_like_the_cpu_learner_and_syncs(config, tokenizer, 
         learner.learn(batch(tokenizer))
         weights = learner.full_state_dict()
         asyncio.run(learner.push_weights())
-        import ray
-
-        assert ray.get(fleet.members[0].actor.weights_checksum.remote()) == checksum(weights)
+        assert asyncio.run(fleet.members[0].weights_checksum()) == checksum(weights)
     finally:
         learner.close()
         asyncio.run(fleet.close())

@@ -11,10 +11,11 @@ import torch
 pytest.importorskip("ray", reason="the distributed learner needs the [ray] extra (scripts/setup.sh)")
 
 from rstar2.cluster.learner import DistributedLearner  # noqa: E402
-from rstar2.cluster.weight_sync import BroadcastSync, buckets, checksum, manifest_of
 from rstar2.engines.base import SamplingParams
 from rstar2.engines.factory import MemberSpec, open_fleet
 from rstar2.engines.loading import load_model
+from rstar2.engines.weight_sync import GlooBroadcast, GroupSync
+from rstar2.engines.weights import buckets, checksum, manifest_of
 from rstar2.rl.update import UpdateSettings, recompute_logprobs
 from tests.cluster.test_fsdp_learner import batch, config  # noqa: F401
 
@@ -30,9 +31,9 @@ def test_buckets_split_by_size_and_dtype():
 
 
 def member_checksums(fleet):
-    import ray
-
-    return ray.get([member.actor.weights_checksum.remote() for member in fleet.members])
+    async def read():
+        return [await member.weights_checksum() for member in fleet.members]
+    return asyncio.run(read())
 
 
 def logprob_gap(fleet, learner, tokenizer, config):
@@ -60,15 +61,17 @@ def broadcasting(config, tokenizer, **optimizer):
         "rl": config.rl.model_copy(update={"optimizer": optimizer}),
         "cluster": config.cluster.model_copy(update={"weight_sync": "broadcast"})})
     fleet = open_fleet([MemberSpec(ray=True, max_batch_size=2)] * 2, "static", model="default",
-                       dtype="float32", seed=0, tokenizer=tokenizer)
-    return config, fleet, DistributedLearner(config, fleet, pad_id=tokenizer.pad_token_id)
+                       dtype="float32", seed=0, tokenizer=tokenizer,
+                       on_replaced=lambda member: learner.catch_up(member))
+    learner = DistributedLearner(config, fleet, pad_id=tokenizer.pad_token_id)
+    return config, fleet, learner
 
 
 def test_broadcast_sync_makes_members_equal_the_learner(config, tokenizer, local_ray):  # noqa: F811
     config, fleet, learner = broadcasting(config, tokenizer, lr=1e-3)
     try:
         asyncio.run(learner.push_weights())
-        assert isinstance(learner.sync, BroadcastSync)
+        assert isinstance(learner.sync, GroupSync) and isinstance(learner.sync.transport, GlooBroadcast)
         expected = checksum(learner.full_state_dict())
         assert member_checksums(fleet) == [expected, expected]
         synced_gap = logprob_gap(fleet, learner, tokenizer, config)
@@ -95,8 +98,9 @@ async def push_and_settle(learner, fleet):
 
 def test_a_replaced_member_rejoins_the_broadcast(config, tokenizer, local_ray):  # noqa: F811
     """A member actor killed between steps: the next sync finds it dead, the fleet replaces it,
-    the replacement is caught up over the broadcast (the fleet keeps no weights to fall back
-    on in this mode), and the sync after that reaches it in the whole group again."""
+    the replacement is caught up over the broadcast (the fleet's ``on_replaced``: the fleet
+    keeps no weights to fall back on in this mode), and the sync after that reaches it in the
+    whole group again."""
     _, fleet, learner = broadcasting(config, tokenizer)
     try:
         asyncio.run(learner.push_weights())
@@ -110,7 +114,7 @@ def test_a_replaced_member_rejoins_the_broadcast(config, tokenizer, local_ray): 
         assert member_checksums(fleet) == [expected, expected]
         learner.learn(batch(tokenizer))
         asyncio.run(learner.push_weights())
-        assert learner.sync.group == [member.actor for member in fleet.members]
+        assert learner.sync.transport.group == fleet.members
         moved = checksum(learner.full_state_dict())
         assert moved != expected and member_checksums(fleet) == [moved, moved]
     finally:

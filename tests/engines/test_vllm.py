@@ -33,7 +33,8 @@ def test_vllm_engine_generates_token_ids_with_logprobs(tokenizer):
 
 
 def test_vllm_engine_reads_its_load_and_stamps_the_weight_version(tokenizer):
-    """The KV gauges read in process, and weights by ``collective_rpc`` stamped with a version."""
+    """The KV gauges read in process, and a state dict through the worker extension (shared
+    memory), stamped with a version; vLLM's own checksums of every worker."""
     from rstar2.engines.loading import load_model
     from rstar2.engines.vllm import VLLMEngine
 
@@ -47,16 +48,18 @@ def test_vllm_engine_reads_its_load_and_stamps_the_weight_version(tokenizer):
         try:
             [before] = await engine.generate([prompt], params)
             load = engine.load()
+            digests = await engine.weight_digests()
             await engine.update_weights(state, version=7)
             [after] = await engine.generate([prompt], params)
-            return before, load, after
+            return before, load, after, digests, await engine.weight_digests()
         finally:
             await engine.close()
 
-    before, load, after = asyncio.run(run())
+    before, load, after, digests, reloaded = asyncio.run(run())
     assert load.kv_capacity_tokens >= 2048 and load.running == 0
     assert before.weight_version is None and after.weight_version == 7
     assert after.token_ids == before.token_ids  # the same weights, loaded by name
+    assert reloaded == digests and len(digests) == 1  # bitwise, in vLLM's own layout
 
 
 def test_a_vllm_ray_member_is_placed_on_a_gpu_and_serves(tokenizer):

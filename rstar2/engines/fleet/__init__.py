@@ -6,6 +6,9 @@
 * ``members`` -- the engines a fleet drives: ``LocalMember`` (in this process), ``HTTPMember``
   (an OpenAI-compatible server, load and decode counters read from vLLM's ``/metrics`` names);
 * ``ray_member`` -- ``RayMember``, an engine in a Ray actor, replaced when it dies;
+* ``vllm_member`` -- ``VLLMRayMember``, vLLM in a Ray actor with its GPUs on one node;
+* ``vllm_server`` -- ``VLLMServerMember``, a ``vllm serve`` server that takes weights through
+  vLLM's weight-transfer routes;
 * ``engine`` -- ``Fleet`` itself. See ``docs/fleet.md``.
 """
 

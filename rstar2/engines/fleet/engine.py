@@ -20,7 +20,7 @@ taken out of the schedule; every trajectory pinned to it raises ``TrajectoryLost
 (or current) turn, and ``run_trajectory`` runs it again from its start on whichever member the
 scheduler admits it to, so each rollout still yields exactly one trajectory. A member that can
 be replaced (a Ray actor) is restarted in the background, given the current weights (the last
-ones pushed through the fleet, or through ``catch_up`` when a weight sync bypasses it), and
+ones pushed through the fleet, or through ``on_replaced`` when a weight sync bypasses it), and
 rejoins the schedule empty.
 """
 
@@ -85,7 +85,8 @@ class Fleet:
     """An ``Engine`` over ``members``; see the module docstring."""
 
     def __init__(self, members: Sequence[Member], scheduler: PolicyName = "adaptive",
-                 poll_s: float = 0.25):
+                 poll_s: float = 0.25,
+                 on_replaced: Callable[[Member], Awaitable[None]] | None = None):
         self.members = list(members)
         self.policy = scheduler
         self.poll_s = poll_s
@@ -96,9 +97,10 @@ class Fleet:
         self.poller: asyncio.Task | None = None
         self.restarts: set[asyncio.Task] = set()
         self.last_weights: Mapping | None = None
-        self.catch_up: Callable[[Member], Awaitable[None]] | None = None
-        """How a replaced member gets the current weights when they do not pass through
-        ``update_weights`` (a broadcast weight sync sets it); None: ``last_weights``."""
+        self.on_replaced = on_replaced
+        """How a replaced member gets the current weights when they never passed through
+        ``update_weights`` (a learner that sends to the members directly catches it up);
+        weights that did pass through are handed over from ``last_weights``."""
         self.last_version: int | None = None
         self.seed: int | None = None
         self.reruns = 0  # trajectories run again because their member died
@@ -260,10 +262,10 @@ class Fleet:
         member = self.members[index]
         try:
             if await member.restart():
-                if self.catch_up is not None:
-                    await self.catch_up(member)
-                elif self.last_weights is not None:
+                if self.last_weights is not None:
                     await member.update_weights(self.last_weights, self.last_version)
+                elif self.on_replaced is not None:
+                    await self.on_replaced(member)
                 if self.seed is not None:
                     member.reseed(derive_seed(self.seed, index))
                 load = await member.load()

@@ -6,7 +6,8 @@ requests running and waiting: ``base.EngineLoad``), ``update_weights``, ``reseed
 ``restart`` (bring a dead member back, where that is possible: a Ray actor is replaced).
 
 ``HTTPMember`` reads its load from ``/metrics`` under vLLM's metric names, so the same class
-drives ``vllm serve`` and ``rstar2 serve-model`` (which serves the same names).
+drives ``vllm serve`` and ``rstar2 serve-model`` (which serves the same names); a ``vllm serve``
+member that takes new weights is a ``VLLMServerMember`` (``vllm_server``).
 """
 
 from __future__ import annotations
@@ -119,7 +120,8 @@ class HTTPMember:
     async def update_weights(self, state_dict: Mapping, version: int | None = None) -> None:
         """Write the weights to a directory this server can read and ask it to load them
         (SGLang's ``/update_weights_from_disk``, which ``rstar2 serve-model`` also serves;
-        a vLLM server takes weights through its own weight-transfer routes instead)."""
+        a ``vllm serve`` member is a ``VLLMServerMember``, which takes weights through vLLM's
+        weight-transfer routes instead)."""
         if not state_dict:
             self.weight_version = version
             return
@@ -128,15 +130,21 @@ class HTTPMember:
         with tempfile.TemporaryDirectory(prefix="rstar2-weights-", dir=self.weights_dir) as folder:
             tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in state_dict.items()}
             await asyncio.to_thread(save_file, tensors, str(Path(folder) / "model.safetensors"))
-            try:
-                response = await self.http.post(self.server + "/update_weights_from_disk",
-                                                json={"model_path": folder}, timeout=600.0,
-                                                headers=self.weights_headers)
-            except httpx.TransportError as exc:
-                raise MemberDown(f"{self.name}: {exc}") from exc
-            if response.status_code >= 400:
-                raise EngineError(f"{self.name} refused the weights: {response.text[:300]}")
+            await self.call("POST", "/update_weights_from_disk", json={"model_path": folder},
+                            headers=self.weights_headers)
         self.weight_version = version
+
+    async def call(self, method: str, route: str, timeout_s: float = 600.0, **kwargs) -> dict:
+        """``route`` of the server (beside ``/v1``), its JSON answer: a refused connection
+        means the member is down, an answered error is the request's own (``EngineError``)."""
+        try:
+            response = await self.http.request(method, self.server + route, timeout=timeout_s,
+                                               **kwargs)
+        except httpx.TransportError as exc:
+            raise MemberDown(f"{self.name}: {exc}") from exc
+        if response.status_code >= 400:
+            raise EngineError(f"{self.name} {route}: {response.status_code} {response.text[:300]}")
+        return response.json()
 
     def reseed(self, seed: int) -> None:
         """Servers keep their own randomness."""

@@ -3,7 +3,12 @@
 Ray places the actor (on this machine or any node of the cluster ``ray.init`` joined) and
 tells the fleet when it dies: a call on a dead actor raises ``RayActorError``, which the member
 turns into ``MemberDown``. ``restart`` replaces the dead actor with a fresh one built from the
-same settings; the fleet then hands it the last weights it pushed.
+same settings; the fleet then hands it the current weights (the last it pushed, or through its
+``on_replaced``, when a learner sends weights to the members directly).
+
+A ``RayMember`` is a ``weights.BroadcastReceiver``: its actor joins learner rank 0's gloo group
+and loads what rank 0 broadcasts (``engines.weight_sync.GlooBroadcast``), so the weights never
+pass through the driver.
 
 The actor is asynchronous (its ``generate`` is a coroutine), so many trajectories' turns run
 in it at once and its engine batches them, as in this process.
@@ -15,6 +20,7 @@ from collections.abc import Mapping
 
 from rstar2.engines.base import Completion, EngineLoad, SamplingParams
 from rstar2.engines.fleet.members import MemberDown
+from rstar2.engines.weights import Manifest, checksum, open_group, receive
 
 
 class EngineActor:
@@ -47,22 +53,16 @@ class EngineActor:
         return os.getpid()
 
     def join_weight_group(self, address: str, port: int, rank: int, size: int) -> None:
-        """Join the group learner rank 0 broadcasts weights in (``rstar2.cluster.weight_sync``)."""
-        from rstar2.cluster.weight_sync import open_group
-
+        """Join the group learner rank 0 broadcasts weights in (``engines.weight_sync``)."""
         self.weight_group = open_group(address, port, rank, size)
 
     async def receive_weights(self, manifest: list, bucket_bytes: int, version: int | None = None
                               ) -> None:
         """Take one broadcast of the weights from learner rank 0 and load it as ``version``."""
-        from rstar2.cluster.weight_sync import receive
-
         await self.engine.update_weights(receive(self.weight_group, manifest, bucket_bytes), version)
 
     def weights_checksum(self) -> str:
         """sha256 of this engine's weights, to check a sync bitwise."""
-        from rstar2.cluster.weight_sync import checksum
-
         return checksum(self.engine.model.state_dict())
 
 
@@ -110,6 +110,18 @@ class RayMember:
 
     def reseed(self, seed: int) -> None:
         self.actor.reseed.remote(seed)
+
+    # ------------------------------------------------- weights.BroadcastReceiver
+    async def join_weight_group(self, address: str, port: int, rank: int, size: int) -> None:
+        await self.call("join_weight_group", address, port, rank, size)
+
+    async def receive_weights(self, manifest: Manifest, bucket_bytes: int,
+                              version: int | None = None) -> None:
+        await self.call("receive_weights", manifest, bucket_bytes, version)
+
+    async def weights_checksum(self):
+        """The actor's checksum of its engine's weights (``weights.checksum``)."""
+        return await self.call("weights_checksum")
 
     async def pid(self) -> int:
         return await self.call("pid")

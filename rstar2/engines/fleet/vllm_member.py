@@ -6,9 +6,11 @@ member comes back into the same reservation. The actor holds all of the bundle's
 starts its tensor-parallel workers as local processes (``distributed_executor_backend="mp"``)
 over the GPUs Ray gave the actor, so it never asks Ray for more.
 
-The actor serves what ``RayMember`` calls (generate, load from vLLM's own gauges, weights by
-``collective_rpc``) plus vLLM's native weight-transfer steps, which the learner's weight sync
-(``rstar2.cluster.vllm_sync``) drives while it broadcasts.
+The actor serves what ``RayMember`` calls (generate, load from vLLM's own gauges, a state dict
+by ``update_weights``: shared memory to vLLM's workers) plus vLLM's native weight transfer: the
+member is a ``weights.TransferReceiver``, whose ``transfer_client`` (an ``ActorTransferClient``,
+plain and picklable) lets a learner rank drive vLLM's handshake and rounds on the actor
+(``engines.weight_sync.VLLMTransfer``).
 """
 
 from __future__ import annotations
@@ -31,10 +33,6 @@ class VLLMActor(EngineActor):
         torch.set_num_threads(threads)
         self.engine = VLLMEngine(**settings)
 
-    def native_weight_transfer(self) -> bool:
-        """Whether this vLLM takes weights by its own transfer engine."""
-        return self.engine.native_transfer
-
     def transfer_workers(self) -> int:
         return self.engine.transfer_workers()
 
@@ -44,26 +42,46 @@ class VLLMActor(EngineActor):
     async def start_weight_update(self) -> None:
         await self.engine.start_weight_update()
 
-    async def receive_weight_update(self, update_info: dict) -> None:
+    async def receive_weight_update(self, update_info: dict | list[dict]) -> None:
         await self.engine.receive_weight_update(update_info)
 
     async def finish_weight_update(self) -> None:
         await self.engine.finish_weight_update()
 
-    def set_weight_version(self, version: int | None) -> None:
-        self.engine.set_weight_version(version)
+    async def end_weight_transfer(self) -> None:
+        await self.engine.end_weight_transfer()
 
-    async def weights_checksum(self) -> list[str]:
-        """sha256 of each worker's model weights, in vLLM's own parameter layout (fused
-        projections), so comparable with another vLLM member of the same parallelism."""
-        return await self.engine.llm.collective_rpc(worker_checksum)
+    async def weights_loaded(self, version: int | None) -> None:
+        await self.engine.weights_loaded(version)
+
+    async def weight_digests(self) -> list[dict[str, str]]:
+        return await self.engine.weight_digests()
 
 
-def worker_checksum(worker) -> str:
-    """Runs inside each vLLM worker."""
-    from rstar2.cluster.weight_sync import checksum
+class ActorTransferClient:
+    """vLLM's ``VLLMWeightSyncClient`` over one ``VLLMActor`` (blocking calls; it travels to
+    the learner rank that drives the transfer)."""
 
-    return checksum(worker.model_runner.model.state_dict())
+    def __init__(self, actor):
+        self.actor = actor
+
+    def call(self, method: str, *args):
+        import ray
+
+        return ray.get(getattr(self.actor, method).remote(*args))
+
+    def init_weight_transfer_engine(self, init_info: dict) -> None:
+        self.call("init_weight_transfer_engine", init_info)
+
+    def start_weight_update(self) -> None:
+        self.call("start_weight_update")
+
+    def update_weights(self, update_info: dict | list[dict]) -> None:
+        self.call("receive_weight_update", update_info)
+
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        """(The version is stamped by ``after_transfer``, which knows the learner's step.)"""
+        self.call("finish_weight_update")
 
 
 class VLLMRayMember(RayMember):
@@ -91,8 +109,25 @@ class VLLMRayMember(RayMember):
         super().__init__(settings, name=name, threads=cpus, num_cpus=cpus, num_gpus=gpus,
                          scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, 0))
 
-    async def set_weight_version(self, version: int | None) -> None:
-        await self.call("set_weight_version", version)
+    # ------------------------------------------------- weights.TransferReceiver
+    async def transfer_workers(self) -> int:
+        return await self.call("transfer_workers")
+
+    def transfer_client(self) -> ActorTransferClient:
+        return ActorTransferClient(self.actor)
+
+    async def before_transfer(self) -> None:
+        """Nothing to do: the engine takes no request during a push."""
+
+    async def after_transfer(self, version: int | None) -> None:
+        await self.call("weights_loaded", version)
+
+    async def end_weight_transfer(self) -> None:
+        await self.call("end_weight_transfer")
+
+    async def weight_digests(self) -> list[dict[str, str]]:
+        """vLLM's per-parameter sha256 of each of the member's workers."""
+        return await self.call("weight_digests")
 
     async def close(self) -> None:
         from ray.util.placement_group import remove_placement_group
