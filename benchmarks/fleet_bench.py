@@ -6,10 +6,10 @@ Run (heavy, minutes; take the shared lock so no other heavy job skews the figure
     flock /work/bench.lock .venv/bin/python benchmarks/fleet_bench.py --model runs/cpu-demo/sft \
         --policies static,kv_aware --kv-budget-tokens 4096
 
-For each policy, the same step -- ``recipes/cpu-demo.yaml`` with ``rollout.members`` set to two
+For each policy, the same step -- ``recipes/cpu-demo.yaml`` with ``engine.members`` set to two
 'hf' members of one torch thread each (so each member has one of two cores) and the same
 ``--kv-budget-tokens`` each, same seed, same problems -- is built through the recipe
-(``rstar2.rl.launch``) and run once; the script prints the step's wall time, its rollout phase,
+(``rstar2.run``) and run once; the script prints the step's wall time, its rollout phase,
 and each member's idle share of the rollout phase (1 - the engine's own busy seconds / the
 rollout wall time). The untrained base model rambles until the token budget, so rollout
 lengths barely differ; pass an SFT model (a demo run's ``sft/``) for the demo's real spread.
@@ -25,10 +25,13 @@ from pathlib import Path
 
 from rstar2.engines.loading import load_tokenizer
 from rstar2.reward import Grader
-from rstar2.rl.config import load_config
-from rstar2.rl.launch import build_trainer, rollout_engine, training_problems
+from rstar2.rl.learner import LocalLearner
 from rstar2.rl.policy import load_policy
 from rstar2.rl.runlog import read_metrics
+from rstar2.run.placement import rollout_engine
+from rstar2.run.recipe import load_config
+from rstar2.run.settings import learner_settings
+from rstar2.run.training import build_trainer, training_problems
 from rstar2.sandbox import SandboxClient, local_sandbox
 from rstar2.sft.dataset import split_tasks, write_problems
 
@@ -39,7 +42,8 @@ async def one_step(config, model, tokenizer, engine, url, problems) -> list[floa
     """Run the step; returns each member's busy seconds during it."""
     with Grader() as grader:  # one grading process per core, as the demo
         async with SandboxClient([url]) as sandbox:
-            trainer = build_trainer(config, model, tokenizer, engine, sandbox, grader, problems)
+            learner = LocalLearner(learner_settings(config, tokenizer.pad_token_id), model, engine)
+            trainer = build_trainer(config, learner, engine, tokenizer, sandbox, grader, problems)
             trainer.restore(resume=False)
             before = [load.busy_s for load in await engine.loads()]
             await trainer.run()
@@ -51,8 +55,8 @@ def measure(policy: str, args, data: Path, tmp: str, url: str) -> dict:
     member = {"threads": 1, "kv_budget_tokens": args.kv_budget_tokens}
     config = load_config(RECIPE, [f"runs_dir={tmp}", f"name=fleet-{policy}", f"data.train={data}",
                                   f"model.path={args.model}", "rl.steps=1",
-                                  f"rollout.members={json.dumps([member, member])}",
-                                  f"rollout.scheduler={policy}", *args.overrides])
+                                  f"engine.members={json.dumps([member, member])}",
+                                  f"engine.scheduler={policy}", *args.overrides])
     tokenizer = load_tokenizer(config.model.path)
     problems = training_problems(config, tokenizer)
     model = load_policy(config.model)

@@ -34,9 +34,9 @@ def train(
     from rstar2.cluster.plan import PlacementError, UnsupportedPlacement
     from rstar2.cluster.sandboxes import SandboxServicesDown
     from rstar2.data import DataError
-    from rstar2.rl.config import ConfigError, load_config
-    from rstar2.rl.launch import RunExists
-    from rstar2.rl.launch import train as run_training
+    from rstar2.run.recipe import ConfigError, load_config
+    from rstar2.run.training import RunExists
+    from rstar2.run.training import train as run_training
 
     settings = (list(overrides or []) + ([f"name={name}"] if name else [])
                 + ([f"model.device={device}"] if device else []))
@@ -87,8 +87,9 @@ def print_plan(config) -> None:
     """``--plan``: the placement and memory of the recipe's cluster, or a one-line refusal."""
     from rstar2.cluster.architectures import UnknownArchitecture
     from rstar2.cluster.plan import PlacementError, UnsupportedPlacement, plan_run, render
+    from rstar2.run.settings import cluster_job
 
     try:
-        typer.echo(render(plan_run(config)))
+        typer.echo(render(plan_run(cluster_job(config))))
     except (PlacementError, UnknownArchitecture, UnsupportedPlacement) as error:
         fail(error)

@@ -10,13 +10,12 @@ import torch
 
 pytest.importorskip("ray", reason="the distributed learner needs the [ray] extra (scripts/setup.sh)")
 
-from rstar2.cluster.learner import DistributedLearner  # noqa: E402
-from rstar2.cluster.weight_sync import BroadcastSync, buckets, checksum, manifest_of
+from rstar2.cluster.weight_sync import BroadcastSync, buckets, checksum, manifest_of  # noqa: E402
 from rstar2.engines.base import SamplingParams
 from rstar2.engines.factory import MemberSpec, open_fleet
 from rstar2.engines.loading import load_model
 from rstar2.rl.update import UpdateSettings, recompute_logprobs
-from tests.cluster.test_fsdp_learner import batch, config  # noqa: F401
+from tests.cluster.test_fsdp_learner import batch, config, distributed  # noqa: F401
 
 
 def test_buckets_split_by_size_and_dtype():
@@ -61,7 +60,7 @@ def broadcasting(config, tokenizer, **optimizer):
         "cluster": config.cluster.model_copy(update={"weight_sync": "broadcast"})})
     fleet = open_fleet([MemberSpec(ray=True, max_batch_size=2)] * 2, "static", model="default",
                        dtype="float32", seed=0, tokenizer=tokenizer)
-    return config, fleet, DistributedLearner(config, fleet, pad_id=tokenizer.pad_token_id)
+    return config, fleet, distributed(config, fleet, tokenizer)
 
 
 def test_broadcast_sync_makes_members_equal_the_learner(config, tokenizer, local_ray):  # noqa: F811

@@ -4,13 +4,15 @@ backed by a real HFEngine on the embedded model -- on a real local Ray cluster, 
 FSDP2 learner. What only real vLLM on a GPU can show is in ``test_vllm.py`` (marked ``gpu``)."""
 
 import asyncio
+import contextlib
 import os
 import sys
 
 import pytest
 
 from rstar2.engines.base import SamplingParams
-from tests.cluster.test_fsdp_learner import batch, config  # noqa: F401
+from rstar2.run.settings import cluster_job
+from tests.cluster.test_fsdp_learner import batch, config, distributed  # noqa: F401
 
 FAKES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fakes")
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
@@ -103,21 +105,20 @@ def versions(fleet, tokenizer):
 
 def test_vllm_members_take_weights_by_vllms_transfer_and_stamp_versions(
         fake_vllm, fake_ray, config, tokenizer):  # noqa: F811
-    from rstar2.cluster.learner import DistributedLearner
-    from rstar2.cluster.launch import cluster_engine
+    from rstar2.cluster.placement import RayPlacement
     from rstar2.cluster.vllm_sync import VLLMTransferSync
     from rstar2.cluster.weight_sync import checksum
     from rstar2.engines.fleet.vllm_member import VLLMRayMember
 
     config = config.model_copy(update={
-        "rollout": config.rollout.model_copy(update={"engine": "vllm"}),
+        "engine": config.engine.model_copy(update={"kind": "vllm"}),
         "cluster": config.cluster.model_copy(update={
             "weight_sync": "broadcast", "learner": config.cluster.learner.model_copy(update={"ranks": 1}),
             "engines": config.cluster.engines.model_copy(update={
                 "members": 2, "gpus_per_member": 0, "max_num_seqs": 2})})})
-    fleet = cluster_engine(config, tokenizer)
+    fleet = RayPlacement(cluster_job(config)).open_engine(tokenizer, contextlib.AsyncExitStack())
     assert all(isinstance(m, VLLMRayMember) for m in fleet.members)
-    learner = DistributedLearner(config, fleet, pad_id=tokenizer.pad_token_id)
+    learner = distributed(config, fleet, tokenizer)
     try:
         load = asyncio.run(fleet.members[0].load())  # from the engine's own gauges, via the actor
         assert load.kv_capacity_tokens > 0 and load.running == 0
