@@ -92,7 +92,7 @@ def test_push_weights_loads_a_separate_copy_and_only_clears_a_colocated_one(conf
         asyncio.run(copying.push_weights())
         assert same(weights(learner.model), weights(separate.model))
         asyncio.run(learner.push_weights())
-        assert not learner.model.training and not colocated.residents
+        assert not learner.model.training and not colocated.table.residents
     finally:
         colocated.shutdown()
         separate.shutdown()
