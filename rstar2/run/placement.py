@@ -78,7 +78,14 @@ class LocalPlacement:
         self.sandbox_urls = list(sandbox_urls or config.sandbox.urls)
 
     def check(self) -> None:
-        """Nothing to refuse beyond the config's own checks: this process holds any run."""
+        """A vLLM engine or member without vLLM installed (``ImportError``, one line naming
+        the extra); the config's own checks have refused the rest."""
+        engine = self.config.engine
+        kinds = {member.kind for member in engine.members} if engine.members else {engine.kind}
+        if "vllm" in kinds and self.engine is None:
+            from rstar2.engines.vllm import import_vllm
+
+            import_vllm()
 
     def open_sandboxes(self, stack: AsyncExitStack) -> list[str]:
         """The services handed in or listed in ``sandbox.urls``, else a private local one."""
