@@ -24,9 +24,10 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from rstar2.rl.config import load_config
-from rstar2.rl.launch import train
 from rstar2.rl.runlog import read_metrics
+from rstar2.run.recipe import load_config
+from rstar2.run.settings import cluster_job, learner_settings
+from rstar2.run.training import train
 from rstar2.sft.dataset import split_tasks, write_problems
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "cpu-cluster.yaml"
@@ -59,7 +60,7 @@ def sync_seconds(pushes: int) -> dict[str, float]:
         ray.init(num_cpus=config.cluster.cpus_per_node, include_dashboard=False, log_to_driver=False)
     fleet = open_fleet([MemberSpec(ray=True)] * 2, "static", model="default", dtype="float32",
                        seed=0, tokenizer=tokenizer)
-    learner = DistributedLearner(config, fleet, pad_id=tokenizer.pad_token_id)
+    learner = DistributedLearner(cluster_job(config), learner_settings(config, tokenizer.pad_token_id), fleet)
     try:
         asyncio.run(learner.push_weights())  # opens the broadcast group
         broadcast = [asyncio.run(learner.sync.push()) for _ in range(pushes)]

@@ -9,13 +9,13 @@ Run (heavy, minutes; take the shared lock so no other heavy job skews the figure
 
 The members are two HFEngines (bf16, one torch thread each, ``--kv-budget-tokens`` each),
 each behind its own serve-model app (``rstar2.engines.server.create_app``) on a real local
-port, reached over HTTP as ``rollout.members`` of kind ``openai``: the fleet reads their load
+port, reached over HTTP as ``engine.members`` of kind ``openai``: the fleet reads their load
 and decode counters from ``/metrics`` and pushes the trainer's weights through
 ``/update_weights_from_disk``, as with ``rstar2 serve-model`` processes. The second member's
 engine pauses ``--delay-s`` in every decode step (a slower GPU, a busier host); the apps live
 in this process so that pause is the only difference between the two. Each run builds the same
 two steps -- ``recipes/cpu-demo.yaml``, same seed, same problems -- through the recipe
-(``rstar2.rl.launch``) on a new fleet, so step 1 starts knowing nothing of the members and
+(``rstar2.run``) on a new fleet, so step 1 starts knowing nothing of the members and
 step 2 with what the fleet measured in step 1 (as every later step of a run); policies take
 turns run by run. Printed per run: each step's wall time and rollout phase, the trajectories
 moved between members, and the tokens each member generated; then each policy's mean and
@@ -35,10 +35,13 @@ from pathlib import Path
 from rstar2.engines.hf import HFEngine, HFEngineConfig
 from rstar2.engines.loading import load_tokenizer
 from rstar2.reward import Grader
-from rstar2.rl.config import load_config
-from rstar2.rl.launch import build_trainer, rollout_engine, training_problems
+from rstar2.rl.learner import LocalLearner
 from rstar2.rl.policy import load_policy
 from rstar2.rl.runlog import read_metrics
+from rstar2.run.placement import rollout_engine
+from rstar2.run.recipe import load_config
+from rstar2.run.settings import learner_settings
+from rstar2.run.training import build_trainer, training_problems
 from rstar2.sandbox import SandboxClient, local_sandbox
 from rstar2.sft.dataset import split_tasks, write_problems
 
@@ -51,11 +54,13 @@ class Slowed(HFEngine):
 
     def __init__(self, config: HFEngineConfig, delay_s: float, **parts):
         super().__init__(config, **parts)
-        self.delay_s = delay_s
+        decode = self.compute.decode  # the worker thread's decode step
 
-    def decode(self) -> None:
-        time.sleep(self.delay_s)
-        super().decode()
+        def slowed_decode():
+            time.sleep(delay_s)
+            return decode()
+
+        self.compute.decode = slowed_decode
 
 
 def start_members(args) -> tuple[list[HFEngine], list, list[str]]:
@@ -94,7 +99,8 @@ async def one_step(config, model, tokenizer, fleet, url, problems) -> None:
     try:
         with Grader() as grader:  # one grading process per core, as the demo
             async with SandboxClient([url]) as sandbox:
-                trainer = build_trainer(config, model, tokenizer, fleet, sandbox, grader, problems)
+                learner = LocalLearner(learner_settings(config, tokenizer.pad_token_id), model, fleet)
+                trainer = build_trainer(config, learner, fleet, tokenizer, sandbox, grader, problems)
                 trainer.restore(resume=False)
                 await trainer.run()
     finally:
@@ -105,8 +111,8 @@ def measure(policy: str, run: int, args, data: Path, tmp: str, sandbox: str, url
     members = [{"kind": "openai", "base_url": url} for url in urls]
     config = load_config(RECIPE, [f"runs_dir={tmp}", f"name=fleet-{policy}-{run}",
                                   f"data.train={data}", f"model.path={args.model}", "rl.steps=2",
-                                  f"rollout.members={json.dumps(members)}",
-                                  f"rollout.scheduler={policy}", *args.overrides])
+                                  f"engine.members={json.dumps(members)}",
+                                  f"engine.scheduler={policy}", *args.overrides])
     tokenizer = load_tokenizer(config.model.path)
     problems = training_problems(config, tokenizer)
     model = load_policy(config.model)

@@ -47,7 +47,7 @@ def main() -> None:
     problems = problems[:args.rows] if args.rows else problems
     tokenizer = load_tokenizer(config.model.path)
     started = time.perf_counter()
-    with local_sandbox(workers=config.rollout.sandbox_workers) as url:
+    with local_sandbox(workers=config.sandbox.workers) as url:
         built = asyncio.run(build(problems, tokenizer, url, settings.broken_share))
     traces = built.traces
     print(f"{len(problems)} rows: kept {len(traces)} ({len(traces) / len(problems):.1%}), "

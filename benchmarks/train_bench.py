@@ -21,9 +21,9 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from rstar2.rl.config import load_config
-from rstar2.rl.launch import train
 from rstar2.rl.runlog import read_metrics
+from rstar2.run.recipe import load_config
+from rstar2.run.training import train
 from rstar2.sft.dataset import split_tasks, write_problems
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "cpu-demo.yaml"

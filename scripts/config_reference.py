@@ -35,7 +35,7 @@ This page is generated from the configuration models' own descriptions
 def render_page() -> str:
     sys.path.insert(0, str(REPO))
     from rstar2.demo.gsm8k import GSM8KSettings
-    from rstar2.rl.config import RunConfig
+    from rstar2.run.config import RunConfig
     from rstar2.section import reference
 
     run = reference(RunConfig, description="The run: its name, seed and where it writes.")

@@ -19,7 +19,9 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from rstar2.section import Section
 
 GENERATION_PREFIX = "<reason>"
 DEFAULT_TOOL_NAME = "execute_python_code_with_standard_io"
@@ -57,7 +59,7 @@ USER_INSTRUCTION = (
 )
 
 
-class PromptConfig(BaseModel):
+class PromptConfig(Section):
     """Which prompt the agent sees."""
 
     variant: Literal["rstar2", "short", "no_tools"] = Field(

@@ -5,7 +5,9 @@ token ids so far, keep the sampled ids and their log-probs (mask 1), parse the t
 calls, run them in the sandbox, and append the tool-response turn's ids (mask 0). A turn
 without a tool call ends the rollout; so do the turn limit and the response token budget
 (then the trajectory is marked truncated). Tool responses longer than
-``max_tool_response_tokens`` are clipped with a marker.
+``max_tool_response_tokens`` are cut (``tool_response_cut``) around a marker, and calls beyond
+``max_tool_calls_per_turn`` in one turn are answered with an error instead of run: every limit
+is a field of ``RolloutConfig``, the recipe's ``rollout:`` section.
 
 Concurrency: ``Agent.rollouts`` runs every rollout as its own coroutine. Each one awaits the
 engine for its turns and the sandbox for its tool calls independently, so there is no barrier
@@ -20,9 +22,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import Field, field_validator
 
 from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.agent.toolcall import ParseError, ToolCall, clip_tokens, parse_tool_calls, tool_output
@@ -30,24 +32,45 @@ from rstar2.agent.trajectory import ToolCallRecord, Trajectory, Turn, last_answe
 from rstar2.engines.base import Engine, SamplingParams, run_trajectory
 from rstar2.engines.sampling import derive_seed
 from rstar2.sandbox.protocol import RunResult
+from rstar2.section import Section
 
 
-class RolloutConfig(BaseModel):
-    """Limits and sampling of one rollout."""
+class RolloutConfig(Section):
+    """The limits and sampling of one rollout: a run's ``rollout:`` section, handed to the agent
+    as it is (also what ``rstar2 eval`` and ``chat`` build from their options)."""
 
-    max_turns: int = Field(10, ge=1, description="Most assistant turns (paper: 10 in RL stages "
-                           "1-2, 15 in stage 3, 30 at evaluation).")
-    max_response_tokens: int = Field(4096, ge=1, description="Budget for everything after the "
-                                     "prompt (sampled and tool tokens); hitting it truncates.")
-    max_tool_response_tokens: int = Field(512, ge=16, description="Longest tool output sent back; "
-                                          "longer ones keep head and tail around a marker.")
-    max_tool_calls_per_turn: int = Field(4, ge=1, description="Calls beyond this in one turn are "
-                                         "answered with an error instead of run.")
-    temperature: float = Field(1.0, ge=0.0, description="Sampling temperature (0 = greedy).")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
-    tool_timeout_s: float | None = Field(None, gt=0, description="Per-call time limit; None "
-                                         "uses the sandbox's default.")
-    prompt: PromptConfig = Field(default_factory=PromptConfig, description="Prompt variant.")
+    prompt: PromptConfig = PromptConfig()
+    """The agent's prompt (``rstar2.agent.prompt``): ``variant`` 'rstar2' (the paper's), 'short'
+    (the same tags and tool in a few lines, the CPU demo's) or 'no_tools', and the tool's
+    ``tool_name``. A bare variant (``prompt: short``) is read as ``{variant: short}``."""
+    temperature: float = Field(1.0, ge=0.0)
+    """Sampling temperature (paper: 1.0 in training; 0 is greedy, for evaluation only)."""
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    """Nucleus sampling mass (1 = off; the paper does not state one)."""
+    max_response_tokens: int = Field(8192, ge=1)
+    """Budget of all tokens after the prompt, tool responses included (paper: 8192 in stage 1,
+    12288 in stages 2-3); a rollout that reaches it is truncated, and in training keeps reward
+    0 (no overlong filtering, §2.5)."""
+    max_turns: int = Field(10, ge=1)
+    """Most assistant turns (paper: 10 in RL stages 1-2, 15 in stage 3, 30 at evaluation)."""
+    max_tool_calls_per_turn: int = Field(4, ge=1)
+    """Tool calls run per assistant turn; calls beyond this are answered with an error
+    instead of run (each still counts as a call, and as a failed one)."""
+    max_tool_response_tokens: int = Field(512, ge=16)
+    """Longest tool output sent back to the model, in tokens; a longer one is cut around a
+    marker saying how many tokens were left out (the release: verl's truncation)."""
+    tool_response_cut: Literal["middle", "end", "start"] = "middle"
+    """Which part of a long tool output is cut: 'middle' keeps its head and tail (where errors
+    and final results usually are; verl's 'middle'), 'end' keeps the head, 'start' the tail."""
+    tool_timeout_s: float | None = Field(4.0, gt=0)
+    """Wall-clock limit of one tool call (release: 4 s); null leaves it to the sandbox
+    service's own default (``rstar2 sandbox serve --timeout-s``)."""
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def variant_alone(cls, value: Any) -> Any:
+        """``prompt: short`` is the variant alone, with the default tool name."""
+        return {"variant": value} if isinstance(value, str) else value
 
 
 class CodeRunner(Protocol):
@@ -193,7 +216,7 @@ class Agent:
                                   output=parsed.message, error=True)
         result = await self.runner.run(parsed.code, parsed.stdin, self.config.tool_timeout_s)
         output = clip_tokens(tool_output(result), self.tokenizer,
-                             self.config.max_tool_response_tokens)
+                             self.config.max_tool_response_tokens, self.config.tool_response_cut)
         return ToolCallRecord(turn=turn, code=parsed.code, stdin=parsed.stdin, raw=parsed.raw,
                               status=result.status, output=output, error=not result.ok,
                               duration_s=result.duration_s)

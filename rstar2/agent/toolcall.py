@@ -97,13 +97,14 @@ def joined(*parts: str) -> str:
     return "\n".join(p.rstrip("\n") for p in parts if p)
 
 
-def clip_tokens(text: str, tokenizer, max_tokens: int) -> str:
-    """``text`` cut to about ``max_tokens`` tokens, keeping its head and tail (where errors
-    and final results usually are) around a marker saying how much was left out."""
+def clip_tokens(text: str, tokenizer, max_tokens: int, cut: str = "middle") -> str:
+    """``text`` cut to about ``max_tokens`` tokens around a marker saying how much was left out:
+    ``cut`` 'middle' keeps its head and tail (where errors and final results usually are),
+    'end' keeps the head, 'start' the tail."""
     ids = tokenizer.encode(text, add_special_tokens=False)
     if len(ids) <= max_tokens:
         return text
-    head, tail = max_tokens // 2, max_tokens - max_tokens // 2
-    dropped = len(ids) - head - tail
-    return (tokenizer.decode(ids[:head]) + f"\n...({dropped} tokens truncated)...\n"
-            + tokenizer.decode(ids[-tail:] if tail else []))
+    head = {"middle": max_tokens // 2, "end": max_tokens, "start": 0}[cut]
+    tail = max_tokens - head
+    marker = f"\n...({len(ids) - max_tokens} tokens truncated)...\n"
+    return tokenizer.decode(ids[:head]) + marker + tokenizer.decode(ids[len(ids) - tail:])

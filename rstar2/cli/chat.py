@@ -95,7 +95,7 @@ def chat_rollout_config(card, tools: bool, variant: str | None, max_turns: int |
     variant = (variant or trained.variant) if tools else "no_tools"
     return RolloutConfig(max_turns=max_turns or limits["max_turns"],
                          max_response_tokens=max_tokens or limits["max_response_tokens"],
-                         temperature=temperature,
+                         temperature=temperature, tool_timeout_s=None,
                          prompt=PromptConfig(variant=variant, tool_name=trained.tool_name))
 
 

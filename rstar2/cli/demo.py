@@ -35,7 +35,8 @@ def demo(
     from rstar2.data import DataError
     from rstar2.demo.gsm8k import SECTION, run_gsm8k
     from rstar2.demo.pipeline import DemoSettings, run_demo
-    from rstar2.rl.config import ConfigError, LoggingConfig, read_recipe
+    from rstar2.rl.config import LoggingConfig
+    from rstar2.run.recipe import ConfigError, read_recipe
 
     path = NAMED_RECIPES.get(recipe, Path(recipe))
     settings = [*(overrides or []), *([f"model.device={device}"] if device else [])]

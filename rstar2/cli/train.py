@@ -34,9 +34,8 @@ def train(
     from rstar2.cluster.plan import PlacementError, UnsupportedPlacement
     from rstar2.cluster.sandboxes import SandboxServicesDown
     from rstar2.data import DataError
-    from rstar2.rl.config import ConfigError, load_config
-    from rstar2.rl.launch import RunExists
-    from rstar2.rl.launch import train as run_training
+    from rstar2.run.recipe import ConfigError, load_config
+    from rstar2.run import training
 
     settings = (list(overrides or []) + ([f"name={name}"] if name else [])
                 + ([f"model.device={device}"] if device else []))
@@ -50,10 +49,10 @@ def train(
     refuse_missing_logger(config.logging)
     announce_device(config.model.device)
     try:
-        final = run_training(config, resume=resume)
+        final = training.train(config, resume=resume)
     except DataError as error:  # data.train or data.keep_ids
         fail(f"{error}{training_data_hint(config)}")
-    except (RunExists, ImportError, PlacementError, UnknownArchitecture, UnsupportedPlacement,
+    except (training.RunExists, ImportError, PlacementError, UnknownArchitecture, UnsupportedPlacement,
             SandboxServicesDown) as error:
         fail(error)  # ImportError: an extra is missing
     typer.echo(f"done: metrics in {config.run_dir / 'metrics.jsonl'}, trained model in {final}")
@@ -87,8 +86,9 @@ def print_plan(config) -> None:
     """``--plan``: the placement and memory of the recipe's cluster, or a one-line refusal."""
     from rstar2.cluster.architectures import UnknownArchitecture
     from rstar2.cluster.plan import PlacementError, UnsupportedPlacement, plan_run, render
+    from rstar2.run.settings import cluster_job
 
     try:
-        typer.echo(render(plan_run(config)))
+        typer.echo(render(plan_run(cluster_job(config))))
     except (PlacementError, UnknownArchitecture, UnsupportedPlacement) as error:
         fail(error)

@@ -12,15 +12,22 @@ Learner ranks hold an FSDP2-sharded policy (one GPU each, or ``cpus_per_rank`` c
 cluster); engine members are generators with ``gpus_per_member`` GPUs each (vLLM's tensor
 parallel size), never split across nodes; every node runs ``services_per_node`` sandbox
 services. ``rstar2.cluster.plan`` checks that this fits and estimates memory; this module
-only describes it and does not import torch or Ray.
+only describes it and does not import Ray.
+
+``ClusterJob`` is what the cluster knows of the run besides its own section: the sections of
+the parts it places (the policy, the algorithm's batch sizes, the engine), cut from the run
+config once by ``rstar2.run.settings``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field
 
+from rstar2.engines.factory import RolloutEngineConfig
+from rstar2.rl.config import ModelConfig, RLConfig
 from rstar2.section import Section
 
 
@@ -86,3 +93,28 @@ class ClusterConfig(Section):
     """The generation fleet."""
     sandbox: SandboxPlacement = SandboxPlacement()
     """The tool sandboxes."""
+
+
+@dataclass(frozen=True)
+class ClusterJob:
+    """What the Ray placement, its plan and its learner need to know of a run."""
+
+    name: str
+    """The run's name, for messages."""
+    seed: int
+    """Seeds the engine members' sampling (member i gets seed + i)."""
+    cluster: ClusterConfig
+    """The ``cluster:`` section."""
+    model: ModelConfig
+    """The policy the ranks load and the members copy."""
+    rl: RLConfig
+    """Batch sizes (the rollouts in flight), the loss (no KL on the sharded learner), init."""
+    engine: RolloutEngineConfig
+    """What generates the rollouts: the kind of the members the cluster builds, or the
+    members the recipe lists itself."""
+    rollout_tokens: int
+    """A rollout's longest length, prompt plus response budget (a member's context)."""
+    sandbox_urls: tuple[str, ...]
+    """Sandbox services the recipe lists; empty starts ``cluster.sandbox`` on every node."""
+    tool_timeout_s: float
+    """The tool calls' wall-clock limit, the deadline of the services started here."""

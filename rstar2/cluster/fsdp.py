@@ -44,7 +44,7 @@ def shard_policy(model: torch.nn.Module, mesh: DeviceMesh, compute_dtype: str) -
 
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
         if compute_dtype == "bfloat16" else MixedPrecisionPolicy()
-    if getattr(model, "is_gradient_checkpointing", False):
+    if getattr(model, "is_gradient_checkpointing", False):  # transformers models only have it
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     for layer in decoder_layers(model):
         fully_shard(layer, mesh=mesh, mp_policy=policy)
@@ -54,7 +54,7 @@ def shard_policy(model: torch.nn.Module, mesh: DeviceMesh, compute_dtype: str) -
 
 def decoder_layers(model: torch.nn.Module) -> Sequence[torch.nn.Module]:
     """The repeated blocks of a transformers decoder (``model.model.layers``: Llama, Qwen)."""
-    layers = getattr(getattr(model, "model", None), "layers", None)
+    layers = getattr(getattr(model, "model", None), "layers", None)  # a transformers layout, or not
     if layers is None:
         raise ValueError(f"{type(model).__name__}: no model.layers to shard")
     return list(layers)
@@ -120,4 +120,4 @@ def sum_over_ranks(stats: LossStats, world: int) -> LossStats:
 
 def full(value: torch.Tensor) -> torch.Tensor:
     """A DTensor's global value (the gradient norm over all shards); a plain tensor as is."""
-    return value.full_tensor() if hasattr(value, "full_tensor") else value
+    return value.full_tensor() if hasattr(value, "full_tensor") else value  # torch's DTensor

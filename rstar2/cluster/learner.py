@@ -1,7 +1,7 @@
 """``DistributedLearner``: the ``Learner`` of the trainer's step, with the policy sharded over
 ``cluster.learner.ranks`` Ray actors (``rstar2.cluster.rank``), so the step does not change.
 
-    learner = DistributedLearner(config, engine, pad_id)   # needs ray.init() first
+    learner = DistributedLearner(job, settings, engine)   # ClusterJob, LearnerSettings; after ray.init()
     state = learner.restore(resume=True)
     stats, grad_norm = learner.learn(sequences)
     await learner.push_weights()                            # by the sync cluster.weight_sync picks
@@ -34,6 +34,7 @@ from typing import Any
 import ray
 import torch
 
+from rstar2.cluster.config import ClusterJob
 from rstar2.cluster.plan import check_learner_options, weight_sync_method
 from rstar2.cluster.weight_sync import open_weight_sync
 from rstar2.engines.base import TrainableEngine
@@ -47,42 +48,42 @@ from rstar2.rl.checkpoint import (
     set_rng_state,
     write_checkpoint,
 )
-from rstar2.rl.config import RunConfig
+from rstar2.rl.learner import LearnerSettings
 from rstar2.rl.loss import LossStats
 
 
 class DistributedLearner:
     """See the module docstring."""
 
-    def __init__(self, config: RunConfig, engine: TrainableEngine, pad_id: int):
+    def __init__(self, job: ClusterJob, settings: LearnerSettings, engine: TrainableEngine):
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         from rstar2.cluster.rank import LearnerRank
 
-        check_learner_options(config)
-        self.config, self.engine = config, engine
+        check_learner_options(job.name, job.model, job.rl)
+        self.job, self.settings, self.engine = job, settings, engine
         self.sync: WeightSync | None = None
         self.sync_seconds: list[float] = []
         self.measured: dict[str, float] = {}
-        self.checkpoints = config.run_dir / "checkpoints"
-        learner = config.cluster.learner
-        gpus = 1 if config.cluster.gpus_per_node else 0
+        self.checkpoints = settings.checkpoints
+        learner = job.cluster.learner
+        gpus = 1 if job.cluster.gpus_per_node else 0
         bundle = {"CPU": learner.cpus_per_rank, **({"GPU": gpus} if gpus else {})}
         self.group = placement_group([bundle] * learner.ranks, strategy="PACK")
         ray.get(self.group.ready())
-        tree = config.model_dump(mode="json")
         self.ranks = [
             ray.remote(LearnerRank).options(
                 num_cpus=learner.cpus_per_rank, num_gpus=gpus,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, i),
-            ).remote(tree, i, learner.ranks, pad_id, learner.cpus_per_rank)
+            ).remote(job.model, settings, learner.backend, i, learner.ranks, learner.cpus_per_rank)
             for i in range(learner.ranks)]
         address, port = ray.get(self.ranks[0].endpoint.remote())
         self.on_all("join", address, port)
 
     def on_all(self, method: str, *args) -> list[Any]:
-        """Call ``method`` on every rank at once (a collective) and wait for all."""
+        """Call ``method`` on every rank at once (a collective) and wait for all. The ranks
+        are Ray actor handles, whose remote methods are reached by name."""
         return ray.get([getattr(rank, method).remote(*args) for rank in self.ranks])
 
     def restore(self, resume: bool) -> TrainingState | None:
@@ -92,7 +93,7 @@ class DistributedLearner:
             set_rng_state(torch.load(latest / "rng.pt", weights_only=True))
             saved = json.loads((latest / "state.json").read_text())
             return TrainingState(step=saved["step"], data_position=saved["data_position"])
-        init = self.config.rl.init
+        init = self.settings.init
         if init.checkpoint is not None and (resolve_checkpoint(init.checkpoint) / "sharded").is_dir():
             self.on_all("load", str(resolve_checkpoint(init.checkpoint)), not init.reset_optimizer)
         return None
@@ -118,7 +119,7 @@ class DistributedLearner:
         """Through the weight sync the placement chose (``rstar2.cluster.weight_sync``), opened
         at the first push, when the engine's members are up."""
         if self.sync is None:
-            self.sync = open_weight_sync(weight_sync_method(self.config), self, self.engine)
+            self.sync = open_weight_sync(weight_sync_method(self.job), self, self.engine)
         self.sync_seconds.append(await self.sync.push(version))
 
     async def catch_up(self, member) -> None:
@@ -150,7 +151,7 @@ class DistributedLearner:
     def save(self, step: int, data_position: dict[str, Any]) -> Path:
         """An atomic checkpoint of ``step``: shards from the ranks, RNG and position from here."""
         files = {"rng.pt": rng_state(), "state.json": {"step": step, "data_position": data_position}}
-        return write_checkpoint(self.checkpoints, step, files, self.config.checkpoint.keep_last,
+        return write_checkpoint(self.checkpoints, step, files, self.settings.keep_last,
                                 fill=lambda temp: self.on_all("save", str(temp)))
 
     def wait_saved(self) -> None:
@@ -161,7 +162,7 @@ class DistributedLearner:
         with ``card`` (``rstar2.agent.card``) beside it."""
         from rstar2.rl.policy import load_policy, save_policy
 
-        model = load_policy(self.config.model.model_copy(update={"gradient_checkpointing": False}))
+        model = load_policy(self.job.model.model_copy(update={"gradient_checkpointing": False}))
         model.load_state_dict(self.full_state_dict())
         return save_policy(model, tokenizer, target, card)
 

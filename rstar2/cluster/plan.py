@@ -1,6 +1,6 @@
 """What a ``cluster:`` section will do before anything starts: placement, memory, throughput.
 
-    plan = plan_run(config)        # PlacementError (one line) when it cannot fit
+    plan = plan_run(job)           # a ClusterJob; PlacementError (one line) when it cannot fit
     print(render(plan))
 
 Placement: learner ranks first (one GPU each, filling nodes in order), then engine members
@@ -26,8 +26,8 @@ import math
 from dataclasses import dataclass, field
 
 from rstar2.cluster.architectures import Architecture, architecture
-from rstar2.cluster.config import ClusterConfig
-from rstar2.rl.config import RunConfig
+from rstar2.cluster.config import ClusterConfig, ClusterJob
+from rstar2.rl.config import ModelConfig, RLConfig
 
 GIB = 1024**3
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
@@ -68,68 +68,64 @@ class UnsupportedPlacement(RuntimeError):
     """A cluster run this launcher cannot build (said before anything is written)."""
 
 
-def check_cluster_run(config: RunConfig) -> None:
+def check_cluster_run(job: ClusterJob) -> None:
     """Refuse, before anything starts or is written, a placement that cannot fit
     (``PlacementError``), a run without a sandbox (``UnsupportedPlacement``) or vLLM members
     without vLLM installed (``ImportError``)."""
-    plan_run(config)
-    if not config.rollout.sandbox_urls and config.cluster.sandbox.services_per_node == 0:
+    plan_run(job)
+    if not job.sandbox_urls and job.cluster.sandbox.services_per_node == 0:
         raise UnsupportedPlacement(
-            f"{config.name}: the Python tool has no sandbox: set cluster.sandbox.services_per_node "
-            "above 0 or list running services in rollout.sandbox_urls")
-    if not config.rollout.members and config.rollout.engine == "vllm":
+            f"{job.name}: the Python tool has no sandbox: set cluster.sandbox.services_per_node "
+            "above 0 or list running services in sandbox.urls")
+    if not job.engine.members and job.engine.kind == "vllm":
         from rstar2.engines.vllm import import_vllm
 
         import_vllm()
 
 
-def check_learner_options(config: RunConfig) -> None:
+def check_learner_options(name: str, model: ModelConfig, rl: RLConfig) -> None:
     """Refuse what the distributed learner does not do (``UnsupportedPlacement``), before any
     rank starts: a KL reference policy and LoRA adapters train in one process only."""
     unsupported = []
-    if config.rl.loss.kl_coef > 0:
+    if rl.loss.kl_coef > 0:
         unsupported.append("a KL reference (rl.loss.kl_coef > 0; the paper uses 0)")
-    if config.model.lora is not None:
+    if model.lora is not None:
         unsupported.append("LoRA (model.lora; train all weights, or drop the cluster: section)")
     if unsupported:
-        raise UnsupportedPlacement(f"{config.name}: the distributed learner does not support "
+        raise UnsupportedPlacement(f"{name}: the distributed learner does not support "
                                    + " or ".join(unsupported))
 
 
-def weight_sync_method(config: RunConfig) -> str:
+def weight_sync_method(job: ClusterJob) -> str:
     """The sync ``cluster.weight_sync`` names; 'auto' broadcasts to the Ray actor members the
     cluster builds ('hf' by a gloo group, 'vllm' by vLLM's own weight transfer) and to a
     listed fleet of vllm-serve servers (vLLM's weight transfer through their routes), and
     gathers through the driver for another fleet the recipe lists."""
-    chosen = config.cluster.weight_sync
+    chosen = job.cluster.weight_sync
     if chosen != "auto":
         return chosen
-    members = config.rollout.members
+    members = job.engine.members
     if not members or all(member.kind == "vllm-serve" for member in members):
         return "broadcast"
     return "gather"
 
 
-def plan_run(config: RunConfig) -> Plan:
-    """The plan of ``config`` (which must have a ``cluster`` section); ``PlacementError`` when
-    the placement or the memory cannot fit."""
-    cluster = config.cluster
-    if cluster is None:
-        raise PlacementError("the recipe has no cluster: section, so it trains in this process")
-    check_learner_options(config)
-    arch = architecture(cluster.architecture, config.model.path)
+def plan_run(job: ClusterJob) -> Plan:
+    """The plan of ``job``; ``PlacementError`` when the placement or the memory cannot fit."""
+    cluster = job.cluster
+    check_learner_options(job.name, job.model, job.rl)
+    arch = architecture(cluster.architecture, job.model.path)
     nodes = place(cluster)
-    learner = learner_memory(config, arch)
-    engine = engine_memory(config, arch)
-    rollout_tokens = config.data.max_prompt_tokens + config.rollout.max_response_tokens
+    learner = learner_memory(job, arch)
+    engine = engine_memory(cluster, arch)
     members_gpus = max(cluster.engines.gpus_per_member, 1)
     kv_tokens = int(engine["kv_cache"] * members_gpus // arch.kv_bytes_per_token(2))
     plan = Plan(
         nodes=nodes, learner_bytes=learner, engine_bytes=engine, kv_tokens_per_member=kv_tokens,
-        in_flight_per_member=min(cluster.engines.max_num_seqs, kv_tokens // rollout_tokens),
+        in_flight_per_member=min(cluster.engines.max_num_seqs, kv_tokens // job.rollout_tokens),
         members=cluster.engines.members,
-        rollouts_per_step=config.rl.prompts_per_step * config.rl.rollouts_per_prompt,
-        rollout_tokens=rollout_tokens, weight_sync=weight_sync_method(config),
+        rollouts_per_step=job.rl.prompts_per_step * job.rl.rollouts_per_prompt,
+        rollout_tokens=job.rollout_tokens, weight_sync=weight_sync_method(job),
         gpu_memory_gib=cluster.gpu_memory_gib, gpus=cluster.gpus_per_node > 0,
     )
     check_memory(plan, cluster)
@@ -175,15 +171,15 @@ def first_fit(nodes: list[NodePlan], gpus: int, cpus: int, cluster: ClusterConfi
                          f"{cluster.gpus_per_node}")
 
 
-def learner_memory(config: RunConfig, arch: Architecture) -> dict[str, float]:
+def learner_memory(job: ClusterJob, arch: Architecture) -> dict[str, float]:
     """Bytes per learner rank (see the module docstring)."""
-    ranks = config.cluster.learner.ranks
-    stored = DTYPE_BYTES[config.model.dtype]
-    compute = min(stored, DTYPE_BYTES[config.model.compute_dtype])
-    tokens = config.rl.micro_batch_tokens
+    ranks = job.cluster.learner.ranks
+    stored = DTYPE_BYTES[job.model.dtype]
+    compute = min(stored, DTYPE_BYTES[job.model.compute_dtype])
+    tokens = job.rl.micro_batch_tokens
     kv_width = arch.kv_heads * arch.head_dim
     layer_internals = tokens * (4 * arch.hidden + 2 * kv_width + 4 * arch.intermediate) * compute
-    if config.model.gradient_checkpointing:
+    if job.model.gradient_checkpointing:
         activations = arch.layers * tokens * arch.hidden * compute + layer_internals
     else:
         activations = arch.layers * layer_internals
@@ -197,11 +193,11 @@ def learner_memory(config: RunConfig, arch: Architecture) -> dict[str, float]:
     }
 
 
-def engine_memory(config: RunConfig, arch: Architecture) -> dict[str, float]:
+def engine_memory(cluster: ClusterConfig, arch: Architecture) -> dict[str, float]:
     """Bytes per engine GPU: bf16 weights split over the member's GPUs, reserve, KV cache."""
-    engines = config.cluster.engines
+    engines = cluster.engines
     weights = arch.parameters * 2 / max(engines.gpus_per_member, 1)
-    budget = config.cluster.gpu_memory_gib * GIB * engines.gpu_memory_utilization
+    budget = cluster.gpu_memory_gib * GIB * engines.gpu_memory_utilization
     reserve = engines.reserve_gib * GIB
     return {"weights": weights, "reserve": reserve, "kv_cache": max(budget - weights - reserve, 0.0)}
 

@@ -1,7 +1,7 @@
 """One rank of the distributed learner: a process (a Ray actor) holding its FSDP2 shard of the
 policy, of the gradients and of AdamW's moments.
 
-    rank = LearnerRank(config_tree, rank=0, world=2)
+    rank = LearnerRank(model, settings, "gloo", rank=0, world=2)   # ModelConfig, LearnerSettings
     address, port = rank.endpoint()            # rank 0 only: where the others connect
     rank.join(address, port)                   # every rank, at once
     rank.learn(sequences)                      # every rank, the same sequences
@@ -26,28 +26,24 @@ from rstar2.cluster.fsdp import shard_policy, sharded_logprobs, sharded_update
 from rstar2.engines.weights import manifest_of, open_group, send
 from rstar2.rl.batch import TrainSequence
 from rstar2.rl.checkpoint import load_checkpoint, read, resolve_checkpoint, write_durably
-from rstar2.rl.config import validate_config
+from rstar2.rl.config import ModelConfig
+from rstar2.rl.learner import LearnerSettings
 from rstar2.rl.loss import LossStats
 from rstar2.rl.optim import build_optimizer, build_scheduler
 from rstar2.rl.policy import load_policy
-from rstar2.rl.update import UpdateSettings, updates_over_parts
+from rstar2.rl.update import updates_over_parts
 
 SHARDED_DIR = "sharded"
 
 
 class LearnerRank:
-    """See the module docstring; ``config_tree`` is ``RunConfig.model_dump()``."""
+    """See the module docstring; ``backend`` is ``cluster.learner.backend``."""
 
-    def __init__(self, config_tree: dict, rank: int, world: int, pad_id: int, threads: int = 1):
+    def __init__(self, model: ModelConfig, settings: LearnerSettings, backend: str, rank: int,
+                 world: int, threads: int = 1):
         torch.set_num_threads(threads)
-        self.config = validate_config(config_tree)
+        self.model_config, self.settings = model, settings
         self.rank, self.world = rank, world
-        self.settings = UpdateSettings(
-            loss=self.config.rl.loss, temperature=self.config.rollout.temperature,
-            micro_batch_tokens=self.config.rl.micro_batch_tokens,
-            max_grad_norm=self.config.rl.optimizer.max_grad_norm, pad_id=pad_id,
-            compute_dtype=self.config.model.compute_dtype)
-        backend = self.config.cluster.learner.backend
         if backend == "auto":
             backend = "nccl" if torch.cuda.is_available() else "gloo"
         self.backend = backend
@@ -68,14 +64,14 @@ class LearnerRank:
         dist.init_process_group(self.backend, init_method=f"tcp://{address}:{port}",
                                 rank=self.rank, world_size=self.world)
         self.mesh = init_device_mesh(self.device, (self.world,))
-        self.model = load_policy(self.config.model).to(self.device)
-        init = self.config.rl.init
+        self.model = load_policy(self.model_config).to(self.device)
+        init = self.settings.init
         start = resolve_checkpoint(init.checkpoint) if init.checkpoint is not None else None
         if start is not None and not (start / SHARDED_DIR).is_dir():  # a single-process one
             load_checkpoint(start, self.model, restore_rng=False)
-        shard_policy(self.model, self.mesh, self.config.model.compute_dtype)
-        self.optimizer = build_optimizer(self.model.parameters(), self.config.rl.optimizer)
-        self.scheduler = build_scheduler(self.optimizer, self.config.rl.optimizer)
+        shard_policy(self.model, self.mesh, self.model_config.compute_dtype)
+        self.optimizer = build_optimizer(self.model.parameters(), self.settings.optimizer)
+        self.scheduler = build_scheduler(self.optimizer, self.settings.optimizer)
 
     def learning_rate(self) -> float:
         return self.scheduler.get_last_lr()[0]
@@ -84,11 +80,11 @@ class LearnerRank:
         """As ``LocalLearner.learn`` with an engine holding its own copy: old log-probs under
         the current weights (and their ``logprob_drift/*`` from the sampled ones), then
         ``updates_per_step`` sharded updates."""
-        sequences, drift = sharded_logprobs(self.model, sequences, self.settings, self.mesh)
+        sequences, drift = sharded_logprobs(self.model, sequences, self.settings.update, self.mesh)
         stats, grad_norm = updates_over_parts(
-            sequences, self.config.rl.updates_per_step,
+            sequences, self.settings.updates_per_step,
             lambda part: sharded_update(self.model, self.optimizer, self.scheduler, part,
-                                        self.settings, self.mesh))
+                                        self.settings.update, self.mesh))
         return stats, grad_norm, drift.summary()
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:

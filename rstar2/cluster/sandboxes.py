@@ -98,7 +98,7 @@ class NodeSandboxes:
         import ray
 
         try:
-            return ray.get(getattr(actor, method).remote(), timeout=timeout_s)
+            return ray.get(getattr(actor, method).remote(), timeout=timeout_s)  # a Ray actor handle
         except ray.exceptions.GetTimeoutError:
             raise SandboxServicesDown(f"sandbox services on node {node} {failure}: no answer in "
                                       f"{timeout_s:g} s (are its CPUs taken?)") from None

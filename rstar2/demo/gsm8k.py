@@ -30,15 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 
-from rstar2.agent.prompt import PromptConfig
 from rstar2.data import DataError, Overlap, Problem, find_overlaps, load_benchmark, read_problems, write_jsonl
 from rstar2.engines.loading import load_tokenizer
 from rstar2.reward import Grader
-from rstar2.rl.config import ConfigError, RunConfig, describe_error, read_recipe, validate_config
+from rstar2.run.config import RunConfig
+from rstar2.run.recipe import ConfigError, describe_error, read_recipe, validate_config
 from rstar2.sandbox import SandboxClient
 from rstar2.sft.dataset import write_traces
 from rstar2.sft.gsm8k import gsm8k_traces
@@ -141,7 +140,7 @@ def run_gsm8k(recipe: str | Path = RECIPE, overrides: Sequence[str] = (), name: 
 
 async def phases(settings: GSM8KSettings, config: RunConfig, url: str, grader: Grader, console: Console) -> dict:
     data_dir = config.run_dir / "data"
-    prompt = PromptConfig(variant=config.rollout.prompt)
+    prompt = config.rollout.prompt
     tokenizer = load_tokenizer(config.model.path)
     timings: dict[str, float] = {}
     async with SandboxClient([url]) as sandbox:
@@ -152,7 +151,6 @@ async def phases(settings: GSM8KSettings, config: RunConfig, url: str, grader: G
         write_traces(data_dir / "sft_traces.jsonl", built.traces)
         write_jsonl(data_dir / "sft_problems.jsonl", (dict(p.row, id=p.id) for p in built.kept))
         write_jsonl(Path(config.data.train), (dict(p.row, id=p.id) for p in splits.rl))
-        (config.run_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
         evaluation = data_dir / "gsm8k_test_eval.jsonl"
         write_jsonl(evaluation, (dict(p.row, id=p.id) for p in splits.evaluation))
         write_jsonl(data_dir / "decontamination.overlaps.jsonl", (o.to_row() for o in splits.overlaps))
@@ -165,7 +163,7 @@ async def phases(settings: GSM8KSettings, config: RunConfig, url: str, grader: G
                       f"(dropped {data['dropped'] or 'none'}), {data['rl_problems']} RL problems, "
                       f"{data['eval_problems']} test problems; {len(splits.overlaps)} train rows overlapping "
                       f"{splits.decontamination['against']} removed first")
-        summary = await train_and_evaluate(settings, config, tokenizer, sandbox, grader, built.traces,
+        summary = await train_and_evaluate(settings, config, tokenizer, sandbox, url, grader, built.traces,
                                            evaluation, timings, console)
     total = len(load_benchmark(settings.test).problems)
     return {"evaluated_on": f"{settings.test} ({len(splits.evaluation)} of {total})", "data": data, **summary}

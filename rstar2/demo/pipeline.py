@@ -8,12 +8,14 @@
    (a share of them fix a failing first program), mostly basic problems and a few hard ones;
    cross-entropy on the assistant's tokens.
 3. **GRPO-RoC** with the recipe (``recipes/cpu-demo.yaml``) on the RL set, through the same
-   ``Trainer`` as ``rstar2 train``.
+   wiring as ``rstar2 train`` (``rstar2.run.training.run_training``: the same training-set
+   filters, the same ``config.yaml``), with the SFT'd policy, the demo's engine and sandbox
+   handed to its ``LocalPlacement``.
 4. **Evaluation** of the base, the SFT-only and the final model on the held-out set, greedy, with
    the eval harness (``rstar2.eval.runner``); curves of the RL phase as ``curves.png``.
 
 Everything lands in ``runs/<name>/``: ``data/``, ``sft/`` and ``final/`` model directories, the
-RL run's ``metrics.jsonl``, ``rollouts/`` and ``checkpoints/``, ``eval/{base,sft,final}/``,
+RL run's ``config.yaml``, ``metrics.jsonl``, ``rollouts/`` and ``checkpoints/``, ``eval/{base,sft,final}/``,
 ``curves.png`` and ``summary.json``. One fp32 policy is trained throughout; a bfloat16 copy in
 the embedded engine samples rollouts and answers the evaluations (weights pushed before each).
 """
@@ -30,21 +32,21 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 from rich.console import Console
 
-from rstar2.agent.prompt import PromptConfig
 from rstar2.agent.rollout import Agent, RolloutConfig
 from rstar2.agent.trajectory import Trajectory
 from rstar2.data.benchmarks import load_benchmark
-from rstar2.data.problems import read_problems
 from rstar2.demo.plot import plot_curves
 from rstar2.engines.loading import load_tokenizer
 from rstar2.eval.launch import agent_solver
 from rstar2.eval.runner import SAMPLES_JSONL, EvalSettings, run_eval
 from rstar2.eval.samples import SampleOutcome, read_outcomes
 from rstar2.reward import Grader
-from rstar2.rl.config import RunConfig, load_config
-from rstar2.rl.launch import build_trainer, rollout_engine, run_card
 from rstar2.rl.policy import load_policy, save_policy
 from rstar2.rl.runlog import read_metrics
+from rstar2.run.config import RunConfig
+from rstar2.run.placement import LocalPlacement, rollout_engine
+from rstar2.run.recipe import load_config
+from rstar2.run.training import run_card, run_training
 from rstar2.sandbox import SandboxClient, local_sandbox
 from rstar2.sft.dataset import sft_traces, split_tasks, write_problems, write_traces
 from rstar2.sft.train import SFTSettings, sft_train
@@ -101,7 +103,7 @@ def run_pipeline(config: RunConfig, run_phases: Callable[[str, Grader, Console],
     if (run_dir / "summary.json").exists() or (run_dir / "checkpoints").exists():
         raise FileExistsError(f"{run_dir} holds an earlier demo; pass --name to start another")
     with contextlib.ExitStack() as stack:
-        url = stack.enter_context(local_sandbox(workers=config.rollout.sandbox_workers,
+        url = stack.enter_context(local_sandbox(workers=config.sandbox.workers,
                                                 timeout_s=config.rollout.tool_timeout_s))
         grader = stack.enter_context(Grader())  # one grading process per core
         summary = asyncio.run(run_phases(url, grader, console))
@@ -122,7 +124,7 @@ def demo_config(settings: DemoSettings) -> RunConfig:
 
 async def phases(settings: DemoSettings, config: RunConfig, url: str, grader: Grader, console: Console) -> dict:
     run_dir = config.run_dir
-    prompt = PromptConfig(variant=config.rollout.prompt)
+    prompt = config.rollout.prompt
     tokenizer = load_tokenizer(config.model.path)
     timings: dict[str, float] = {}
     async with SandboxClient([url]) as sandbox:
@@ -137,23 +139,23 @@ async def phases(settings: DemoSettings, config: RunConfig, url: str, grader: Gr
         timings["data"] = time.perf_counter() - clock
         console.print(f"[bold]data[/]: {len(traces)} SFT traces, {len(splits.rl)} RL problems, "
                       f"{len(splits.heldout)} held-out problems in {run_dir / 'data'}")
-        return await train_and_evaluate(settings, config, tokenizer, sandbox, grader, traces, heldout, timings,
-                                        console)
+        return await train_and_evaluate(settings, config, tokenizer, sandbox, url, grader, traces, heldout,
+                                        timings, console)
 
 
-async def train_and_evaluate(settings, config: RunConfig, tokenizer, sandbox, grader: Grader,
+async def train_and_evaluate(settings, config: RunConfig, tokenizer, sandbox, url: str, grader: Grader,
                              traces: list[Trajectory], heldout: Path, timings: dict[str, float],
                              console: Console) -> dict:
-    """Evaluate the base model, SFT on ``traces``, evaluate, GRPO-RoC on ``config.data.train``,
-    evaluate (the base and the SFT are skipped with ``settings.sft_model``); ``settings`` has
-    ``sft``, ``sft_model``, ``eval_max_tokens`` and ``eval_max_turns`` (``DemoSettings`` or
-    the GSM8K recipe's)."""
+    """Evaluate the base model, SFT on ``traces``, evaluate, GRPO-RoC on ``config.data.train``
+    (``run_training``, on the sandbox at ``url``), evaluate (the base and the SFT are skipped
+    with ``settings.sft_model``); ``settings`` has ``sft``, ``sft_model``, ``eval_max_tokens``
+    and ``eval_max_turns`` (``DemoSettings`` or the GSM8K recipe's)."""
     run_dir = config.run_dir
-    prompt = PromptConfig(variant=config.rollout.prompt)
     model = load_policy(config.model)
     engine = rollout_engine(config, model, tokenizer)
     try:
-        evaluate = Evaluator(settings, engine, tokenizer, sandbox, grader, prompt, heldout, run_dir, console)
+        evaluate = Evaluator(settings, engine, tokenizer, sandbox, grader, config.rollout.prompt, heldout,
+                             run_dir, console)
         base, losses = None, []
         if settings.sft_model is None:
             base = await evaluate("base", model)
@@ -164,12 +166,10 @@ async def train_and_evaluate(settings, config: RunConfig, tokenizer, sandbox, gr
             save_policy(model, tokenizer, run_dir / "sft", run_card(config, "rstar2 demo, SFT"))
         sft = await evaluate("sft", model)
         clock = time.perf_counter()
-        trainer = build_trainer(config, model, tokenizer, engine, sandbox, grader,
-                                read_problems(config.data.train), console)
-        trainer.restore(resume=False)
-        await trainer.run()
+        placement = LocalPlacement(config, model=model, engine=engine, sandbox_urls=[url])
+        await run_training(config, placement, console=console, grader=grader,
+                           trained_by="rstar2 demo, SFT + RL")
         timings["rl"] = time.perf_counter() - clock
-        save_policy(model, tokenizer, run_dir / "final", run_card(config, "rstar2 demo, SFT + RL"))
         final = await evaluate("final", model)
     finally:
         await engine.close()

@@ -63,7 +63,7 @@ class Limits:
     @classmethod
     def sized(cls, limits: ServeLimits, engine) -> Limits:
         """``engine``: an ``HFEngine`` (its context, KV capacity, batch size and tokenizer)."""
-        context, capacity = engine.max_length, engine.kv_capacity
+        context, capacity = engine.max_length, engine.kv.capacity
         return cls(
             max_n=limits.max_n or 8 * engine.config.max_batch_size,
             max_completion_tokens=limits.max_completion_tokens or context,

@@ -25,6 +25,7 @@ are the old policy's and no weights need copying).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -151,23 +152,32 @@ class TrajectoryLost(RuntimeError):
 Result = TypeVar("Result")
 
 
+@runtime_checkable
+class TrajectoryScheduler(Protocol):
+    """An engine that schedules whole trajectories, not single requests (the fleet)."""
+
+    def trajectory(self, need_tokens: int) -> AbstractAsyncContextManager[object]:
+        """The scope of one trajectory needing ``need_tokens`` of KV (its prompt plus its
+        whole response budget): every ``generate`` inside belongs to it, admitted once,
+        pinned to one member for all its turns, its reservation held across tool waits and
+        released on exit."""
+        ...
+
+
 async def run_trajectory(engine: Engine, need_tokens: int,
                          body: Callable[[], Awaitable[Result]]) -> Result:
     """Run ``body`` -- every turn of one trajectory -- as one unit of scheduling.
 
-    An engine that schedules whole trajectories (``rstar2.engines.fleet.Fleet``) offers
-    ``trajectory(need_tokens)``, an async context inside which all ``generate`` calls belong
-    to one trajectory: admitted once, pinned to one member for all its turns, its KV
-    reservation held across tool waits and released on exit. If that member dies the body
-    raises ``TrajectoryLost`` and is run again from its start, so a caller gets exactly one
-    result per trajectory. Other engines just run ``body``.
+    On a ``TrajectoryScheduler`` (``rstar2.engines.fleet.Fleet``) the body runs inside
+    ``engine.trajectory(need_tokens)``; if the member holding it dies the body raises
+    ``TrajectoryLost`` and is run again from its start, so a caller gets exactly one result
+    per trajectory. Other engines just run ``body``.
     """
-    scope = getattr(engine, "trajectory", None)
-    if scope is None:
+    if not isinstance(engine, TrajectoryScheduler):
         return await body()
     while True:
         try:
-            async with scope(need_tokens):
+            async with engine.trajectory(need_tokens):
                 return await body()
         except TrajectoryLost:
             continue

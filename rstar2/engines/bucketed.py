@@ -1,6 +1,6 @@
 """Fixed-shape decode steps for the GPU: batch and length buckets, replayed as CUDA graphs.
 
-    decoder = BucketedDecoder(engine.forward, engine.cache, device, max_batch_size, graphs=True)
+    decoder = BucketedDecoder(compute.forward, table.cache, device, max_batch_size, graphs=True)
     logits = decoder.step(tokens, write, positions)        # [n, vocab]
 
 A decode step of a small model is hundreds of small kernels; launched one by one from Python

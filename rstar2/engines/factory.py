@@ -8,11 +8,12 @@ accepts the same engine names and means the same thing by them. The vocabulary i
 * ``openai`` -- an OpenAI-compatible server (vLLM, SGLang, ``rstar2 serve-model``) at a URL;
 * ``vllm``   -- vLLM in this process (``VLLMEngine``, GPU).
 
-Recipes used to call the in-process engine ``embedded`` (``rollout.engine``); the recipes now
-say ``hf``, and ``embedded`` is still read as ``hf`` with a ``FutureWarning`` so older recipes
-keep working (``rstar2.rl.config``). Training needs a ``TrainableEngine`` (one that takes new
-weights): ``hf`` or ``vllm``; an ``openai`` server keeps its own weights, so a recipe naming it
-is refused with that reason.
+A run's ``engine:`` section is ``RolloutEngineConfig`` (what generates its rollouts), and
+``open_rollout_engine`` turns it into the one engine a trainer samples from. Recipes used to
+call the in-process engine ``embedded``; the recipes now say ``hf``, and ``embedded`` is still
+read as ``hf`` with a ``FutureWarning`` so older recipes keep working. Training needs a
+``TrainableEngine`` (one that takes new weights): ``hf`` or ``vllm``; an ``openai`` server
+keeps its own weights, so a recipe naming it is refused with that reason.
 
 A rollout fleet (``rstar2.engines.fleet``) is built here too (``open_fleet``): its members
 are ``MemberSpec``s -- 'hf' and 'vllm' engines in this process or in Ray actors (a 'vllm'
@@ -20,19 +21,23 @@ actor placed with its GPUs on one node), 'openai' servers (``rstar2 serve-model`
 weights at ``/update_weights_from_disk``) and 'vllm-serve' servers (vLLM's weight-transfer
 routes) -- behind one scheduler.
 
-This module does not import torch (``rstar2.rl.config`` reads the vocabulary from it).
+This module does not import torch (the run config reads the vocabulary from it).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rstar2.engines.base import Engine, TrainableEngine
+from rstar2.engines.base import Engine, TrainableEngine
 from rstar2.engines.device import DEVICE_HELP, DeviceSetting
+from rstar2.engines.fleet.policies import PolicyName
+from rstar2.section import Section
 
 EngineKind = Literal["hf", "openai", "vllm"]
 ENGINE_KINDS: tuple[str, ...] = get_args(EngineKind)
@@ -154,6 +159,71 @@ class MemberSpec(BaseModel):
         if server and self.ray:
             raise ValueError("only 'hf' and 'vllm' members run in Ray actors")
         return self
+
+
+class RolloutEngineConfig(Section):
+    """A run's ``engine:`` section: what generates its rollouts."""
+
+    kind: EngineKind = "hf"
+    """What generates rollouts, named as everywhere: 'hf', the trainer's transformers model in
+    this process (CPU or one GPU, colocated unless ``dtype`` is set), or 'vllm', vLLM that
+    receives the weights after each step. 'openai' servers keep their own weights and cannot be
+    trained. The old name 'embedded' is read as 'hf' with a warning."""
+    dtype: Literal["float32", "bfloat16"] | None = None
+    """'hf': null samples from the trainer's model itself (colocated, one copy of the weights);
+    a dtype gives the engine its own copy in that dtype, loaded with the new weights after every
+    update, and the trainer then recomputes the old log-probs. bfloat16 samples faster than
+    float32 on bfloat16-capable CPUs (docs/benchmarks.md). Not with LoRA. Fleet members and
+    'vllm' load their copy in this dtype (null: ``model.dtype``)."""
+    device: DeviceSetting | None = None
+    """'hf' with its own copy (``dtype`` set): the device of that copy; null means the
+    policy's (``model.device``). A colocated engine always runs on the policy's."""
+    members: tuple[MemberSpec, ...] = ()
+    """Engines of a rollout fleet (``docs/fleet.md``): empty samples from the one engine
+    ``kind`` names; otherwise every rollout runs on one of these members (each with its own
+    copy of the weights, pushed after every update), chosen by ``scheduler``. Each member:
+    ``kind`` ('hf' | 'openai'), ``ray``, ``base_url``, ``kv_budget_tokens``,
+    ``max_batch_size``, ``threads``."""
+    scheduler: PolicyName = "adaptive"
+    """How a fleet hands out trajectories (each normally stays on one member for all its
+    turns): 'adaptive' (the default: admitted by the members' predicted peak KV, placed by
+    their measured speed, moved off a slow member between two turns; docs/fleet.md),
+    'static' (dealt evenly up front), 'least_loaded' (to the member with the fewest in
+    flight), 'kv_aware' (admitted when a member's free KV fits prompt + response budget, held
+    for its whole life: the paper's §3.2 read literally)."""
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def trainable_kind(cls, value: Any) -> Any:
+        """One engine vocabulary: 'embedded' is the old recipes' name for 'hf'; 'openai' is
+        refused here, where the recipe is read, rather than after the model has loaded."""
+        if value == "embedded":
+            warnings.warn("engine.kind: 'embedded' is now called 'hf' (the name eval and chat "
+                          "use); please update the recipe", FutureWarning, stacklevel=2)
+            return "hf"
+        if value in ENGINE_KINDS and value not in TRAINABLE_ENGINE_KINDS:
+            raise ValueError(f"engine {value!r} cannot be trained: a server keeps its own "
+                             f"weights; use one of {', '.join(TRAINABLE_ENGINE_KINDS)}")
+        return value
+
+
+def open_rollout_engine(config: RolloutEngineConfig, *, model: str, model_dtype: str, seed: int,
+                        tokenizer, members: Sequence[MemberSpec] | None = None,
+                        shared_model=None, device: str = "auto", max_batch_size: int = 32,
+                        on_replaced=None) -> TrainableEngine:
+    """The engine a trainer samples from: a fleet over ``members`` (``config.members`` unless
+    given: a placement may build its own), scheduled by ``config.scheduler``, or else the one
+    engine ``config.kind`` names on ``device``, sampling from ``shared_model`` itself when one
+    is given (colocated). Engines with their own copy load ``model`` in ``config.dtype``, by
+    default ``model_dtype``. ``on_replaced``: the fleet's (``open_fleet``)."""
+    members = config.members if members is None else members
+    dtype = config.dtype or model_dtype
+    if members:
+        return open_fleet(members, config.scheduler, model=model, dtype=dtype, seed=seed,
+                          tokenizer=tokenizer, on_replaced=on_replaced)
+    spec = EngineSpec(kind=config.kind, model=model, dtype=dtype, seed=seed, device=device,
+                      max_batch_size=max_batch_size)
+    return open_trainable_engine(spec, model=shared_model, tokenizer=tokenizer)
 
 
 def open_fleet(members: Sequence[MemberSpec], scheduler: str, *, model: str, dtype: str,

@@ -196,7 +196,7 @@ def slot_attention(module, query, key, value, attention_mask, scaling=None, drop
         out, lse = attend(packed, own_k, own_v, mask.repeat(1, 1, group, 1), scale)
         if plan.groups:
             out, lse = merge_blocks(packed, out, lse, plan.groups, layer, scale)
-    else:  # one fused SDPA kernel (blocks are copied into the slots: see ``HFEngine.flat``)
+    else:  # one fused SDPA kernel (blocks are copied into the slots: see ``rstar2.engines.hf``)
         if plan.groups:
             raise ValueError("shared blocks are read in place only on the CPU")
         # a decode step's mask is the same for all query heads of a KV head: broadcast it

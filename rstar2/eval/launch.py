@@ -75,7 +75,7 @@ def agent_solver(agent: Agent, answer_tag: bool = True) -> Solve:
 def rollout_config(settings: EvalSettings) -> RolloutConfig:
     return RolloutConfig(
         max_turns=settings.max_turns, max_response_tokens=settings.max_tokens,
-        temperature=settings.temperature, top_p=settings.top_p,
+        temperature=settings.temperature, top_p=settings.top_p, tool_timeout_s=None,
         prompt=PromptConfig(variant=settings.prompt if settings.tools else "no_tools",
                             tool_name=settings.tool_name),
     )

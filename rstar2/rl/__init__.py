@@ -2,7 +2,7 @@
 
 Modules, each one idea:
 
-* ``config``       -- the run's configuration tree, YAML recipes and dotted overrides (no torch);
+* ``config``       -- the sections of the run config that are the algorithm's and the policy's (no torch);
 * ``roc``          -- Resample-on-Correct's rules: penalties, keep counts, choices (no torch);
 * ``advantage``    -- the group step, one class per ``rl.roc.mode``: kept rollouts and advantages;
 * ``loss``         -- the clipped policy loss, token-level normalisation, loss mask, optional KL/entropy;
@@ -14,7 +14,9 @@ Modules, each one idea:
 * ``policy``       -- loading the policy (LoRA optional) and saving it as a model directory;
 * ``metrics``      -- the numbers a step reports; ``runlog`` -- where they go;
 * ``timing``       -- wall time of overlapping phases (tool calls during rollouts);
-* ``trainer``      -- the step loop; ``launch`` -- a run built from a recipe around it.
+* ``sampler``      -- rollouts of a batch of problems through the agent, graded as each ends;
+* ``learner``      -- the ``Learner`` protocol and ``LocalLearner``, the policy in this process;
+* ``trainer``      -- the step loop. A run is built around it by ``rstar2.run``.
 
 Nothing is re-exported here, so ``import rstar2.rl.config`` stays free of torch.
 """

@@ -1,6 +1,6 @@
 """The learning half of a training step: the policy's weights and everything that changes them.
 
-    learner = LocalLearner(config, model, engine, pad_id=tokenizer.pad_token_id)
+    learner = LocalLearner(settings, model, engine)   # settings: LearnerSettings
     state = learner.restore(resume=True)          # TrainingState of the checkpoint, or None
     stats, grad_norm = learner.learn(sequences)    # the step's optimizer updates
     await learner.push_weights()                   # the engine samples the new policy
@@ -24,6 +24,7 @@ their distance to the sampled ones is kept in ``measured`` (``logprob_drift/mean
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -38,10 +39,29 @@ from rstar2.rl.checkpoint import (
     load_checkpoint,
     resolve_checkpoint,
 )
-from rstar2.rl.config import RunConfig
+from rstar2.rl.config import InitConfig, OptimizerConfig
 from rstar2.rl.loss import LossStats
 from rstar2.rl.optim import build_optimizer, build_scheduler
 from rstar2.rl.update import UpdateSettings, policy_update, updates_over_parts, with_current_logprobs
+
+
+@dataclass(frozen=True)
+class LearnerSettings:
+    """What a learner needs besides the policy and the engine, cut from the run config once
+    (``rstar2.run.settings``) and the same for the local and the distributed learner."""
+
+    update: UpdateSettings
+    """The update's loss, temperature, micro-batches, clipping, padding and compute dtype."""
+    optimizer: OptimizerConfig
+    """AdamW and its warm-up schedule."""
+    init: InitConfig
+    """Where the policy starts when the run has no checkpoint of its own."""
+    updates_per_step: int
+    """Optimizer updates per rollout batch."""
+    checkpoints: Path
+    """The run's checkpoint directory (absolute: ranks on other nodes write into it)."""
+    keep_last: int
+    """Complete checkpoints kept; older ones are deleted after a new one lands."""
 
 
 @runtime_checkable
@@ -85,32 +105,25 @@ class Learner(Protocol):
 class LocalLearner:
     """The policy in this process; see the module docstring."""
 
-    def __init__(self, config: RunConfig, model: torch.nn.Module, engine: TrainableEngine, pad_id: int):
-        self.config = config
+    def __init__(self, settings: LearnerSettings, model: torch.nn.Module, engine: TrainableEngine):
+        self.settings = settings
         self.model = model
         self.engine = engine
         self.colocated = engine.samples_from(model)
-        self.optimizer = build_optimizer(model.parameters(), config.rl.optimizer)
-        self.scheduler = build_scheduler(self.optimizer, config.rl.optimizer)
+        self.optimizer = build_optimizer(model.parameters(), settings.optimizer)
+        self.scheduler = build_scheduler(self.optimizer, settings.optimizer)
         self.reference: torch.nn.Module | None = None
         self.measured: dict[str, float] = {}
         """Metrics the last ``learn`` measured besides its loss stats (``logprob_drift/*``)."""
-        self.checkpoints = config.run_dir / "checkpoints"
-        self.writer = CheckpointWriter(self.checkpoints, keep_last=config.checkpoint.keep_last)
-        self.settings = UpdateSettings(
-            loss=config.rl.loss, temperature=config.rollout.temperature,
-            micro_batch_tokens=config.rl.micro_batch_tokens,
-            max_grad_norm=config.rl.optimizer.max_grad_norm, pad_id=pad_id,
-            compute_dtype=config.model.compute_dtype,
-        )
+        self.writer = CheckpointWriter(settings.checkpoints, keep_last=settings.keep_last)
 
     def restore(self, resume: bool) -> TrainingState | None:
-        if self.config.rl.loss.kl_coef > 0:
+        if self.settings.update.loss.kl_coef > 0:
             self.reference = self.reference_policy()
-        latest = latest_checkpoint(self.checkpoints) if resume else None
+        latest = latest_checkpoint(self.settings.checkpoints) if resume else None
         if latest is not None:
             return load_checkpoint(latest, self.model, self.optimizer, self.scheduler)
-        init = self.config.rl.init
+        init = self.settings.init
         if init.checkpoint is not None:
             keep_optimizer = not init.reset_optimizer  # stage 3 resets it
             load_checkpoint(resolve_checkpoint(init.checkpoint), self.model,
@@ -123,7 +136,7 @@ class LocalLearner:
         stage's starting checkpoint. Built from the policy before any checkpoint is loaded
         into it, so a resumed run gets the same reference as the run it continues."""
         reference = copy.deepcopy(self.model)
-        init = self.config.rl.init
+        init = self.settings.init
         if init.checkpoint is not None and init.reset_reference:
             load_checkpoint(resolve_checkpoint(init.checkpoint), reference, restore_rng=False)
         reference.eval().requires_grad_(False)
@@ -139,12 +152,12 @@ class LocalLearner:
         if not sequences:
             return None, None
         if not self.colocated:
-            sequences, drift = with_current_logprobs(self.model, sequences, self.settings)
+            sequences, drift = with_current_logprobs(self.model, sequences, self.settings.update)
             self.measured = drift.summary()
         return updates_over_parts(
-            sequences, self.config.rl.updates_per_step,
+            sequences, self.settings.updates_per_step,
             lambda part: policy_update(self.model, self.optimizer, self.scheduler, part,
-                                       self.settings, self.reference))
+                                       self.settings.update, self.reference))
 
     async def push_weights(self, version: int | None = None) -> None:
         """A colocated engine already reads the weights and only drops the keys/values the

@@ -49,6 +49,8 @@ def load_policy(config: ModelConfig) -> torch.nn.Module:
 
 
 def is_lora(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is a peft model (peft's wrappers are the ones with ``merge_and_unload``;
+    asked by attribute so that peft is imported only by runs that use LoRA)."""
     return hasattr(model, "merge_and_unload")
 
 

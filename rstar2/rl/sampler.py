@@ -1,10 +1,11 @@
 """The sampling half of a training step: a batch of problems in, graded rollout groups out.
 
-    sampler = Sampler(engine, tokenizer, code_runner, grader, config.rollout, rollouts_per_prompt=8)
+    sampler = Sampler(engine, tokenizer, code_runner, grader, rollout, rollouts_per_prompt=8)
     batch = await sampler.sample(problems, seed)     # batch.groups[i][j], batch.timings
 
 Every problem gets ``rollouts_per_prompt`` trajectories through the agent loop, all in flight
-at once (the engine batches them). Tool calls go through a ``TimedRunner``, so the step can
+at once (the engine batches them); the agent runs them under ``rollout``, the run's
+``rollout:`` section as it is (``rstar2.agent.rollout.RolloutConfig``). Tool calls go through a ``TimedRunner``, so the step can
 report the wall time during which the sandbox was busy. Grading is streamed: each trajectory
 is handed to a ``GradeStream`` the moment it ends, and the stream sends everything that ended
 while its previous batch was grading to the grader as one ``grade_many`` call, so grading
@@ -27,14 +28,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rstar2.agent.prompt import PromptConfig
-from rstar2.agent.rollout import Agent, CodeRunner
-from rstar2.agent.rollout import RolloutConfig as AgentRolloutConfig
+from rstar2.agent.rollout import Agent, CodeRunner, RolloutConfig
 from rstar2.data.problems import Problem
 from rstar2.engines.base import TrainableEngine
 from rstar2.engines.sampling import derive_seed
 from rstar2.reward import Grade, Grader
-from rstar2.rl.config import RolloutConfig
 from rstar2.rl.metrics import Rollout
 from rstar2.rl.roc import trajectory_facts
 from rstar2.rl.timing import TimedRunner
@@ -95,7 +93,7 @@ class Sampler:
         self.grader = grader
         self.rollouts_per_prompt = rollouts_per_prompt
         self.tools = TimedRunner(code_runner)
-        self.agent = Agent(engine, tokenizer, self.tools, agent_config(rollout))
+        self.agent = Agent(engine, tokenizer, self.tools, rollout)
 
     async def sample(self, problems: Sequence[Problem], seed: int) -> SampledBatch:
         """``rollouts_per_prompt`` graded rollouts of each problem, sampled with ``seed``."""
@@ -122,11 +120,3 @@ class Sampler:
                    "reward": time.perf_counter() - last_rollout_end}
         return SampledBatch([list(group) for group in groups], timings)
 
-
-def agent_config(rollout: RolloutConfig) -> AgentRolloutConfig:
-    """The agent loop's settings for training rollouts."""
-    return AgentRolloutConfig(
-        max_turns=rollout.max_turns, max_response_tokens=rollout.max_response_tokens,
-        temperature=rollout.temperature, top_p=rollout.top_p, tool_timeout_s=rollout.tool_timeout_s,
-        prompt=PromptConfig(variant=rollout.prompt),
-    )

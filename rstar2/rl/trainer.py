@@ -1,13 +1,13 @@
 """The GRPO-RoC training loop (report §2.2, §4.3): one rollout step after another.
 
-    trainer = Trainer(config, learner, sampler, problems)
-    trainer.restore(resume=True)       # the latest checkpoint of the run, or config.rl.init
+    trainer = Trainer(settings, learner, sampler, problems)   # settings: TrainerSettings
+    trainer.restore(resume=True)       # the latest checkpoint of the run, or rl.init
     await trainer.run()
 
-The trainer owns the step and the data position; it receives the ``Learner`` that holds and
-trains the policy (``rstar2.rl.learner``), the ``Sampler`` that rolls out and grades
-(``rstar2.rl.sampler``) and the training ``problems`` (``rstar2.rl.launch`` builds them from a
-recipe). One step:
+The trainer owns the step and the data position; it receives its own settings
+(``TrainerSettings``), the ``Learner`` that holds and trains the policy (``rstar2.rl.learner``),
+the ``Sampler`` that rolls out and grades (``rstar2.rl.sampler``) and the training ``problems``
+(``rstar2.run.training`` builds all of them from a recipe). One step:
 
 1. draw ``prompts_per_step`` problems (``PromptOrder``, resumable);
 2. sample: 2G trajectories of each through the agent loop (G with RoC off), each graded the
@@ -29,7 +29,10 @@ rollout's sampling stream are derived from (seed, step) (the sampler gives each 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +41,7 @@ from rstar2.data.problems import Problem
 from rstar2.engines.sampling import derive_seed
 from rstar2.rl.advantage import GroupAlgorithm, group_algorithm
 from rstar2.rl.batch import TrainSequence
-from rstar2.rl.config import RunConfig
+from rstar2.rl.config import CheckpointConfig, LoggingConfig, RLConfig
 from rstar2.rl.learner import Learner
 from rstar2.rl.metrics import Rollout, step_metrics, weight_version_metrics
 from rstar2.rl.prompt_order import PromptOrder
@@ -47,12 +50,30 @@ from rstar2.rl.runlog import RunLog
 from rstar2.rl.sampler import Sampler
 
 
+@dataclass(frozen=True)
+class TrainerSettings:
+    """The step loop's own settings, cut from the run config once (``rstar2.run.settings``)."""
+
+    run_dir: Path
+    """Where ``metrics.jsonl`` and ``rollouts/`` go."""
+    seed: int
+    """Seeds the prompt order, the rollouts' sampling streams and RoC's draws."""
+    rl: RLConfig
+    """The algorithm: steps, batch sizes, RoC, the loss."""
+    checkpoint: CheckpointConfig
+    """How often the learner is asked to checkpoint."""
+    logging: LoggingConfig
+    """Which rollouts are logged, and the metric sinks."""
+    recipe: Mapping[str, Any] = field(default_factory=dict)
+    """The whole resolved run config, as the metric sinks record it (wandb's run config)."""
+
+
 class Trainer:
     """The step loop. It owns the step count and the data position; the policy belongs to the
     learner and the rollouts to the sampler, so either can change without touching the step."""
 
-    def __init__(self, config: RunConfig, learner: Learner, sampler: Sampler, problems: Sequence[Problem],
-                 console=None):
+    def __init__(self, config: TrainerSettings, learner: Learner, sampler: Sampler,
+                 problems: Sequence[Problem], console=None):
         self.config = config
         self.learner = learner
         self.sampler = sampler
@@ -73,7 +94,7 @@ class Trainer:
         """Train until ``rl.steps`` are complete; returns the metrics of the steps run now."""
         log = RunLog(self.config.run_dir, self.config.logging, self.config.rl.steps,
                      resume_step=self.completed_steps, console=self.console,
-                     run_config=self.config.model_dump())
+                     run_config=self.config.recipe)
         history = []
         try:
             # the restored (or initial) policy samples the next step

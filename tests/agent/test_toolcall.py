@@ -64,3 +64,13 @@ def test_clip_tokens_keeps_head_and_tail(tokenizer):
     assert "tokens truncated" in clipped
     assert len(tokenizer.encode(clipped)) < 60
     assert clip_tokens("short", tokenizer, 40) == "short"
+
+
+def test_clip_tokens_cuts_the_side_it_is_told(tokenizer):
+    text = " ".join(str(i) for i in range(400))
+    dropped = len(tokenizer.encode(text, add_special_tokens=False)) - 40
+    head = clip_tokens(text, tokenizer, 40, cut="end")
+    assert head.startswith("0 1 2") and head.endswith(f"...({dropped} tokens truncated)...\n")
+    tail = clip_tokens(text, tokenizer, 40, cut="start")
+    assert tail.startswith(f"\n...({dropped} tokens truncated)...") and tail.endswith("398 399")
+    assert f"({dropped} tokens truncated)" in clip_tokens(text, tokenizer, 40, cut="middle")

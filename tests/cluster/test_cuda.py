@@ -11,13 +11,13 @@ import torch
 
 pytest.importorskip("ray", reason="the distributed learner needs the [ray] extra (scripts/setup.sh)")
 
-from rstar2.cluster.learner import DistributedLearner  # noqa: E402
 from rstar2.engines.factory import MemberSpec, open_fleet
 from rstar2.engines.hf import HFEngine, HFEngineConfig
 from rstar2.engines.weights import checksum
 from rstar2.rl.learner import LocalLearner
 from rstar2.rl.policy import load_policy
-from tests.cluster.test_fsdp_learner import LR, batch, config  # noqa: F401
+from rstar2.run.settings import learner_settings
+from tests.cluster.test_fsdp_learner import LR, batch, config, distributed  # noqa: F401
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -31,10 +31,10 @@ def test_nccl_learner_updates_like_the_cpu_learner_and_syncs(config, tokenizer, 
         "gpus_per_node": gpus, "learner": config.cluster.learner.model_copy(update={"ranks": gpus})})})
     engine = HFEngine(HFEngineConfig(dtype="float32", max_batch_size=2))
     model = load_policy(config.model)
-    LocalLearner(config, model, engine, pad_id=tokenizer.pad_token_id).learn(batch(tokenizer))
+    LocalLearner(learner_settings(config, tokenizer.pad_token_id), model, engine).learn(batch(tokenizer))
     fleet = open_fleet([MemberSpec(ray=True)], "static", model="default", dtype="float32",
                        seed=0, tokenizer=tokenizer)
-    learner = DistributedLearner(config, fleet, pad_id=tokenizer.pad_token_id)
+    learner = distributed(config, fleet, tokenizer)
     try:
         learner.learn(batch(tokenizer))
         weights = learner.full_state_dict()

@@ -18,9 +18,10 @@ pytest.importorskip("ray", reason="the distributed learner needs the [ray] extra
 from rstar2.cluster.learner import DistributedLearner  # noqa: E402
 from rstar2.engines.hf import HFEngine, HFEngineConfig
 from rstar2.rl.batch import TrainSequence
-from rstar2.rl.config import validate_config
 from rstar2.rl.learner import Learner, LocalLearner
 from rstar2.rl.policy import load_policy
+from rstar2.run.recipe import validate_config
+from rstar2.run.settings import cluster_job, learner_settings
 
 LR = 1e-4
 
@@ -36,6 +37,11 @@ def config(tmp_path):
         "cluster": {"nodes": 1, "cpus_per_node": 4, "learner": {"ranks": 2}, "weight_sync": "gather",
                     "sandbox": {"services_per_node": 0}},
     })
+
+
+def distributed(config, engine, tokenizer) -> DistributedLearner:
+    """The run's distributed learner over ``engine``, with the sections the run hands it."""
+    return DistributedLearner(cluster_job(config), learner_settings(config, tokenizer.pad_token_id), engine)
 
 
 def batch(tokenizer):
@@ -56,12 +62,12 @@ def test_two_gloo_ranks_update_like_one_process(config, tokenizer, local_ray):
     engine = HFEngine(HFEngineConfig(dtype="float32", max_batch_size=2))  # its own copy
     model = load_policy(config.model)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    local = LocalLearner(config, model, engine, pad_id=tokenizer.pad_token_id)
+    local = LocalLearner(learner_settings(config, tokenizer.pad_token_id), model, engine)
     assert not local.colocated
     data = batch(tokenizer)
     local_stats, local_norm = local.learn(data)
 
-    learner = DistributedLearner(config, engine, pad_id=tokenizer.pad_token_id)
+    learner = distributed(config, engine, tokenizer)
     try:
         assert isinstance(learner, Learner)
         stats, norm = learner.learn(data)
@@ -93,7 +99,7 @@ def test_sharded_checkpoint_resumes_exactly_and_exports(config, tokenizer, local
 
     engine = HFEngine(HFEngineConfig(dtype="float32", max_batch_size=2))
     data = batch(tokenizer)
-    first = DistributedLearner(config, engine, pad_id=tokenizer.pad_token_id)
+    first = distributed(config, engine, tokenizer)
     try:
         first.learn(data)
         saved_at = first.save(1, {"epoch": 0, "index": 1})
@@ -104,7 +110,7 @@ def test_sharded_checkpoint_resumes_exactly_and_exports(config, tokenizer, local
     finally:
         first.close()
     assert (saved_at / "sharded").is_dir() and (saved_at / "state.json").is_file()
-    second = DistributedLearner(config, engine, pad_id=tokenizer.pad_token_id)
+    second = distributed(config, engine, tokenizer)
     try:
         state = second.restore(resume=True)
         assert state.step == 1 and state.data_position == {"epoch": 0, "index": 1}

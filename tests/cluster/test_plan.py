@@ -17,7 +17,8 @@ from rstar2.cluster.plan import (
     plan_run,
     span,
 )
-from rstar2.rl.config import load_config, validate_config
+from rstar2.run.recipe import load_config, validate_config
+from rstar2.run.settings import cluster_job
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 STAGES = sorted(RECIPES.glob("qwen3-14b-stage*.yaml"))
@@ -25,7 +26,7 @@ STAGES = sorted(RECIPES.glob("qwen3-14b-stage*.yaml"))
 
 @pytest.mark.parametrize("recipe", STAGES, ids=lambda p: p.stem)
 def test_paper_recipes_fit_eight_nodes_of_eight_gpus(recipe):
-    plan = plan_run(load_config(recipe))
+    plan = plan_of(load_config(recipe))
     cluster = load_config(recipe).cluster
     assert (cluster.nodes, cluster.gpus_per_node) == (8, 8)
     placed_ranks = sorted(r for node in plan.nodes for r in node.learner_ranks)
@@ -52,6 +53,10 @@ def test_cli_prints_the_plan_and_refuses_in_one_line():
         assert "Traceback" not in message
 
 
+def plan_of(config):
+    return plan_run(cluster_job(config))
+
+
 def config_with(cluster, **rl):
     return validate_config({"name": "plan", "data": {"train": "unused.jsonl"},
                             "model": {"gradient_checkpointing": rl.pop("checkpointing", True)},
@@ -61,16 +66,16 @@ def config_with(cluster, **rl):
 def test_sharding_and_checkpointing_shrink_the_learner():
     cluster = {"nodes": 2, "gpus_per_node": 8, "architecture": "qwen3-14b",
                "engines": {"members": 4, "gpus_per_member": 2}}
-    few = plan_run(config_with({**cluster, "learner": {"ranks": 8}}))
-    many = plan_run(config_with({**cluster, "learner": {"ranks": 8}, "nodes": 4}))
+    few = plan_of(config_with({**cluster, "learner": {"ranks": 8}}))
+    many = plan_of(config_with({**cluster, "learner": {"ranks": 8}, "nodes": 4}))
     assert few.learner_bytes == many.learner_bytes  # nodes alone change nothing per rank
     sharded = config_with({**cluster, "learner": {"ranks": 8}})
     with pytest.raises(PlacementError, match="ranks"):
-        plan_run(config_with({**cluster, "learner": {"ranks": 2}}))
+        plan_of(config_with({**cluster, "learner": {"ranks": 2}}))
     full = config_with({**cluster, "learner": {"ranks": 8}}, checkpointing=False)
     with pytest.raises(PlacementError, match="learner rank needs"):
-        plan_run(full)
-    assert plan_run(sharded).learner_bytes["optimizer"] * 8 == pytest.approx(
+        plan_of(full)
+    assert plan_of(sharded).learner_bytes["optimizer"] * 8 == pytest.approx(
         2 * 2 * KNOWN["qwen3-14b"].parameters)
 
 
@@ -90,8 +95,8 @@ def test_cpu_cluster_counts_cores():
                "engines": {"members": 2, "gpus_per_member": 0},
                "sandbox": {"services_per_node": 1, "workers_per_service": 1}}
     with pytest.raises(PlacementError, match="no node"):
-        plan_run(config_with(cluster))
-    plan = plan_run(config_with({**cluster, "cpus_per_node": 5}))
+        plan_of(config_with(cluster))
+    plan = plan_of(config_with({**cluster, "cpus_per_node": 5}))
     assert plan.nodes[0].learner_ranks == [0, 1] and plan.nodes[0].free_cpus == 0
     assert plan.weight_sync == "broadcast"
 
@@ -111,8 +116,8 @@ def test_learner_options_the_cluster_cannot_train_are_refused_at_plan_time(overr
 
 def test_a_cluster_run_without_any_sandbox_is_refused():
     config = load_config(RECIPES / "cpu-cluster.yaml", ["cluster.sandbox.services_per_node=0"])
-    with pytest.raises(UnsupportedPlacement, match="sandbox_urls"):
-        check_cluster_run(config)
+    with pytest.raises(UnsupportedPlacement, match="sandbox.urls"):
+        check_cluster_run(cluster_job(config))
 
 
 def test_parameter_count_matches_the_real_model():

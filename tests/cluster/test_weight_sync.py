@@ -10,14 +10,13 @@ import torch
 
 pytest.importorskip("ray", reason="the distributed learner needs the [ray] extra (scripts/setup.sh)")
 
-from rstar2.cluster.learner import DistributedLearner  # noqa: E402
 from rstar2.engines.base import SamplingParams
 from rstar2.engines.factory import MemberSpec, open_fleet
 from rstar2.engines.loading import load_model
 from rstar2.engines.weight_sync import GlooBroadcast, GroupSync
 from rstar2.engines.weights import buckets, checksum, manifest_of
 from rstar2.rl.update import UpdateSettings, recompute_logprobs
-from tests.cluster.test_fsdp_learner import batch, config  # noqa: F401
+from tests.cluster.test_fsdp_learner import batch, config, distributed  # noqa: F401
 
 
 def test_buckets_split_by_size_and_dtype():
@@ -63,7 +62,7 @@ def broadcasting(config, tokenizer, **optimizer):
     fleet = open_fleet([MemberSpec(ray=True, max_batch_size=2)] * 2, "static", model="default",
                        dtype="float32", seed=0, tokenizer=tokenizer,
                        on_replaced=lambda member: learner.catch_up(member))
-    learner = DistributedLearner(config, fleet, pad_id=tokenizer.pad_token_id)
+    learner = distributed(config, fleet, tokenizer)
     return config, fleet, learner
 
 

@@ -38,10 +38,10 @@ def generate(engine, prompts, params):
 def test_cuda_greedy_equals_generate_and_uses_graphs(tokenizer, cuda_prompts):
     engine = HFEngine(HFEngineConfig(dtype="float32", device="cuda", min_shared_prefix=16))
     try:
-        assert engine.device.type == "cuda" and engine.flat and engine.decoder.graphs_enabled
+        assert engine.device.type == "cuda" and engine.compute.flat and engine.compute.decoder.graphs_enabled
         params = SamplingParams(temperature=0, max_tokens=24)
         outs = generate(engine, cuda_prompts[:5], params)  # 5 rows: padded to a bucket of 8
-        assert engine.decoder.graphs, "decode steps should have been captured"
+        assert engine.compute.decoder.graphs, "decode steps should have been captured"
         for prompt, out in zip(cuda_prompts, outs):
             with torch.inference_mode():
                 ids = torch.tensor([prompt], device="cuda")

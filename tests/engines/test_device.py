@@ -9,7 +9,7 @@ from rstar2.cli import app
 from rstar2.engines.device import device_note, resolve_device
 from rstar2.engines.factory import EngineSpec
 from rstar2.engines.hf import HFEngineConfig
-from tests.rl.test_config import RECIPES
+from tests.run.test_config import RECIPES
 
 runner = CliRunner()
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")

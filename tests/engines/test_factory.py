@@ -22,11 +22,11 @@ from rstar2.engines.factory import (
 from rstar2.engines.openai import OpenAIEngine
 from rstar2.engines.vllm import VLLMEngine
 from rstar2.eval.runner import EvalSettings
-from rstar2.rl.config import ConfigError, validate_config
+from rstar2.run.recipe import ConfigError, validate_config
 
 
 def recipe(engine):
-    return {"name": "x", "data": {"train": "t.jsonl"}, "rl": {"steps": 1}, "rollout": {"engine": engine}}
+    return {"name": "x", "data": {"train": "t.jsonl"}, "rl": {"steps": 1}, "engine": {"kind": engine}}
 
 
 def test_the_vocabulary_is_one_set_of_names_used_everywhere():
@@ -36,22 +36,22 @@ def test_the_vocabulary_is_one_set_of_names_used_everywhere():
         assert EngineSpec(kind=kind).kind == kind
         assert EvalSettings(benchmarks=["gsm8k"], engine=kind).engine == kind
     for kind in TRAINABLE_ENGINE_KINDS:
-        assert validate_config(recipe(kind)).rollout.engine == kind
+        assert validate_config(recipe(kind)).engine.kind == kind
 
 
 def test_recipes_refuse_a_server_and_read_the_old_name_with_a_warning():
-    with pytest.raises(ConfigError, match=r"^config: rollout.engine: engine 'openai' cannot be trained"):
+    with pytest.raises(ConfigError, match=r"^config: engine.kind: engine 'openai' cannot be trained"):
         validate_config(recipe("openai"))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert validate_config(recipe("embedded")).rollout.engine == "hf"
+        assert validate_config(recipe("embedded")).engine.kind == "hf"
     assert any("'embedded' is now called 'hf'" in str(w.message) for w in caught)
 
 
 def test_a_bad_engine_name_is_refused_with_the_names_everywhere():
     with pytest.raises(ValueError, match="unknown engine 'tgi': choose one of hf, openai, vllm"):
         check_engine_kind("tgi")
-    with pytest.raises(ConfigError, match=r"rollout.engine: must be one of 'hf', 'openai', 'vllm' \(got 'tgi'\)"):
+    with pytest.raises(ConfigError, match=r"engine.kind: must be one of 'hf', 'openai', 'vllm' \(got 'tgi'\)"):
         validate_config(recipe("tgi"))
     with pytest.raises(ValueError, match="cannot be trained"):
         open_trainable_engine(EngineSpec(kind="openai", base_url="http://127.0.0.1:9/v1"))

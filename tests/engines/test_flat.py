@@ -30,8 +30,8 @@ def test_buckets():
 def test_flat_greedy_equals_plain_generate_with_a_padded_batch(flat_engine, prompts):
     flat_engine.drop_caches()
     outs = generate(flat_engine, prompts[:3], GREEDY)  # 3 rows: a batch bucket of 4
-    assert flat_engine.blocks, "the shared system prompt should have become a block"
-    assert all(r.block is None for r in flat_engine.residents), "blocks are copied into slots"
+    assert flat_engine.table.blocks, "the shared system prompt should have become a block"
+    assert all(r.block is None for r in flat_engine.table.residents), "blocks are copied into slots"
     for prompt, out in zip(prompts, outs):
         expected = reference_greedy(flat_engine.model, prompt, GREEDY.max_tokens)
         assert out.token_ids == expected[: len(out.token_ids)]
@@ -48,14 +48,14 @@ def test_flat_logprobs_match_a_plain_forward_pass(flat_engine, prompts):
 def test_padding_rows_leave_parked_keys_alone_and_the_next_turn_resumes(flat_engine, prompts, tokenizer):
     flat_engine.drop_caches()
     first = generate(flat_engine, prompts, GREEDY)  # four parked sequences
-    parked = {id(r): (r, flat_engine.cache.k[:, i, :, : r.used].clone())
-              for i, r in enumerate(flat_engine.residents)}
+    parked = {id(r): (r, flat_engine.table.cache.k[:, i, :, : r.used].clone())
+              for i, r in enumerate(flat_engine.table.residents)}
     others = [tokenizer.encode(f"Count to {n}.", add_special_tokens=False) for n in (3, 4, 5)]
     generate(flat_engine, others, SamplingParams(temperature=0, max_tokens=6, stop_token_ids=()))
     for r, keys in parked.values():
-        if r in flat_engine.residents:
-            slot = flat_engine.residents.index(r)
-            assert torch.equal(flat_engine.cache.k[:, slot, :, : r.used], keys)
+        if r in flat_engine.table.residents:
+            slot = flat_engine.table.residents.index(r)
+            assert torch.equal(flat_engine.table.cache.k[:, slot, :, : r.used], keys)
     follow_up = tokenizer.encode("\n<|im_start|>user\nAnd 3+3?<|im_end|>\n<|im_start|>assistant\n",
                                  add_special_tokens=False)
     second_prompt = prompts[0] + first[0].token_ids + follow_up

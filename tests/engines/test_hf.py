@@ -7,9 +7,10 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from rstar2.engines import hf as hf_module
 from rstar2.engines.base import SamplingParams
-from rstar2.engines.hf import HFEngine, HFEngineConfig, Resident
+from rstar2.engines.hf import HFEngine, HFEngineConfig
+from rstar2.engines.hf import sampling as hf_sampling
+from rstar2.engines.hf.requests import Resident
 from rstar2.engines.sampling import request_uniform, sample_tokens
 from tests.polling import until
 
@@ -51,7 +52,7 @@ def generate(engine, prompts, params):
 def test_batched_greedy_equals_plain_generate(hf_engine, prompts):
     hf_engine.drop_caches()
     outs = generate(hf_engine, prompts, GREEDY)
-    assert hf_engine.blocks, "the shared system prompt should have become a block"
+    assert hf_engine.table.blocks, "the shared system prompt should have become a block"
     for prompt, out in zip(prompts, outs):
         expected = reference_greedy(hf_engine.model, prompt, GREEDY.max_tokens)
         assert out.token_ids == expected[: len(out.token_ids)]
@@ -86,7 +87,7 @@ def record_seeded_draws(monkeypatch):
                 draws.append(SeededDraw(u, logits[row].clone(), int(ids[row]), logits.shape[0]))
         return ids, logprobs
 
-    monkeypatch.setattr(hf_module, "sample_tokens", recording)
+    monkeypatch.setattr(hf_sampling, "sample_tokens", recording)
     return draws
 
 
@@ -112,11 +113,11 @@ def test_a_seeded_request_draws_its_own_stream_however_it_is_batched(hf_engine, 
     async def crowded():
         hf_engine.reseed(99)
         busy = asyncio.ensure_future(hf_engine.generate([prompts[0], prompts[1], prompts[3]], crowd))
-        await until(lambda: hf_engine.n_active == 3, what="the crowd decoding")
+        await until(lambda: hf_engine.table.n_active == 3, what="the crowd decoding")
         mine = await hf_engine.generate([prompts[2]], seeded)
         busy.cancel()  # the crowd only had to be there
         await asyncio.gather(busy, return_exceptions=True)
-        await until(lambda: hf_engine.n_active == 0, what="the crowd gone")
+        await until(lambda: hf_engine.table.n_active == 0, what="the crowd gone")
         return mine[0]
 
     hf_engine.reseed(1)
@@ -143,7 +144,7 @@ def test_next_turn_resumes_the_parked_sequence(hf_engine, prompts, tokenizer):
     follow_up = tokenizer.encode("\n<|im_start|>user\nAnd 3+3?<|im_end|>\n<|im_start|>assistant\n",
                                  add_special_tokens=False)
     second_prompt = prompts[0] + first.token_ids + follow_up
-    assert isinstance(hf_engine.source(second_prompt), Resident)
+    assert isinstance(hf_engine.table.source(second_prompt), Resident)
     second = generate(hf_engine, [second_prompt], GREEDY)[0]
     assert second.token_ids == reference_greedy(hf_engine.model, second_prompt, 12)[
         : len(second.token_ids)]
@@ -154,7 +155,7 @@ def test_requests_joining_mid_decode_do_not_disturb_others(hf_engine, prompts):
 
     async def staggered():
         early = asyncio.ensure_future(hf_engine.generate([prompts[1]], long))
-        await until(lambda: hf_engine.n_active == 1, what="the early request decoding")
+        await until(lambda: hf_engine.table.n_active == 1, what="the early request decoding")
         late = await hf_engine.generate([prompts[3], prompts[2]], GREEDY)
         return (await early)[0], late
 
@@ -193,7 +194,7 @@ def test_parked_sequences_are_bounded(hf_engine, prompts):
                       model=hf_engine.model, tokenizer=hf_engine.tokenizer)
     try:
         outs = generate(engine, prompts, GREEDY)
-        assert len(outs) == 4 and len(engine.residents) <= 1 and engine.n_active == 0
+        assert len(outs) == 4 and len(engine.table.residents) <= 1 and engine.table.n_active == 0
     finally:
         engine.shutdown()
 
@@ -201,5 +202,5 @@ def test_parked_sequences_are_bounded(hf_engine, prompts):
 def test_update_weights_keeps_outputs_for_same_weights_and_drops_caches(hf_engine, prompts):
     before = generate(hf_engine, prompts[:1], GREEDY)[0]
     asyncio.run(hf_engine.update_weights(hf_engine.model.state_dict()))
-    assert not hf_engine.residents and not hf_engine.blocks
+    assert not hf_engine.table.residents and not hf_engine.table.blocks
     assert generate(hf_engine, prompts[:1], GREEDY)[0].token_ids == before.token_ids

@@ -12,7 +12,7 @@ import pytest
 
 from rstar2.engines.base import SamplingParams
 from rstar2.engines.weights import digests
-from tests.cluster.test_fsdp_learner import batch, config  # noqa: F401
+from tests.cluster.test_fsdp_learner import batch, config, distributed  # noqa: F401
 from tests.engines.serving import serving
 from tests.polling import until
 
@@ -185,7 +185,6 @@ def test_vllm_members_take_weights_by_vllms_transfer_and_stamp_versions(
     """Two Ray members, one with two tensor-parallel workers: the learner's rank 0 and the
     three workers form one group (ranks 1-2 and 3), and every worker ends up bitwise equal; a
     member replaced after dying is caught up through the fleet's ``on_replaced``."""
-    from rstar2.cluster.learner import DistributedLearner
     from rstar2.engines.factory import MemberSpec, open_fleet
     from rstar2.engines.fleet.vllm_member import VLLMRayMember
     from rstar2.engines.weight_sync import GroupSync, VLLMTransfer
@@ -198,7 +197,7 @@ def test_vllm_members_take_weights_by_vllms_transfer_and_stamp_versions(
     fleet = open_fleet(specs, "static", model="default", dtype="float32", seed=0,
                        tokenizer=tokenizer, on_replaced=lambda m: learner.catch_up(m))
     assert all(isinstance(m, VLLMRayMember) for m in fleet.members)
-    learner = DistributedLearner(config, fleet, pad_id=tokenizer.pad_token_id)
+    learner = distributed(config, fleet, tokenizer)
     try:
         load = asyncio.run(fleet.members[0].load())  # from the engine's own gauges, via the actor
         assert load.kv_capacity_tokens > 0 and load.running == 0

@@ -10,10 +10,11 @@ from rstar2.agent.prompt import PromptConfig
 from rstar2.demo.pipeline import DemoSettings
 from rstar2.engines.loading import load_tokenizer
 from rstar2.rl.config import ModelConfig
-from rstar2.rl.launch import rollout_engine
 from rstar2.rl.policy import load_policy
 from rstar2.rl.runlog import read_metrics
 from rstar2.rl.learner import LocalLearner
+from rstar2.run.placement import rollout_engine
+from rstar2.run.settings import learner_settings
 from rstar2.sandbox import SandboxClient
 from rstar2.sft.dataset import sft_traces, split_tasks
 from rstar2.sft.train import sft_train
@@ -23,12 +24,12 @@ from tests.rl.test_update import SEQUENCES  # token ids < 96: valid in SmolLM2's
 pytestmark = pytest.mark.gpu
 
 
-def cuda_config(tmp_path, data, **rollout):
+def cuda_config(tmp_path, data, **engine):
     """The fast trainer test's run, with the policy on CUDA."""
     config = make_config(tmp_path, data, steps=1, prompts_per_step=1, group_size=2, max_tokens=24)
     return config.model_copy(update={
         "model": config.model.model_copy(update={"device": "cuda"}),
-        "rollout": config.rollout.model_copy(update=rollout),
+        "engine": config.engine.model_copy(update=engine),
     })
 
 
@@ -70,12 +71,12 @@ def test_a_trainer_step_on_cuda(tmp_path, rl_data, sandbox_url):  # noqa: F811
     (row,) = read_metrics(config.run_dir)
     assert row["response/length_max"] == 24 and on_cuda(model)
 
-    config = cuda_config(tmp_path / "copy", rl_data, engine_dtype="bfloat16")
+    config = cuda_config(tmp_path / "copy", rl_data, dtype="bfloat16")
     model = load_policy(config.model)
     engine = rollout_engine(config, model, tokenizer)
     assert engine.device.type == "cuda" and engine.model is not model
     try:
-        learner = LocalLearner(config, model, engine, pad_id=tokenizer.pad_token_id)
+        learner = LocalLearner(learner_settings(config, tokenizer.pad_token_id), model, engine)
         before = snapshot(model)
         stats, grad_norm = learner.learn(list(SEQUENCES))
         measured = learner.measured

@@ -15,24 +15,25 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from rstar2.engines.device import module_device
 from rstar2.rl import checkpoint
 from rstar2.rl.batch import collate
-from rstar2.rl.config import ConfigError, OptimizerConfig, load_config
+from rstar2.rl.config import OptimizerConfig
 from rstar2.rl.optim import build_optimizer, build_scheduler
 from rstar2.rl.update import policy_update, recompute_logprobs
 from rstar2.sft.train import SFTSettings, sft_step
-from tests.rl.test_config import RECIPES
+from rstar2.run.recipe import ConfigError, load_config
+from tests.run.test_config import RECIPES
 from tests.rl.test_update import SEQUENCES, SETTINGS, tiny_model
 
 
 def test_model_and_engine_device_settings(tmp_path):
     recipe = RECIPES / "cpu-demo.yaml"
     config = load_config(recipe)
-    assert config.model.device == "auto" and config.rollout.engine_device is None
-    config = load_config(recipe, ["model.device=cuda:1", "rollout.engine_device=cpu"])
-    assert config.model.device == "cuda:1" and config.rollout.engine_device == "cpu"
+    assert config.model.device == "auto" and config.engine.device is None
+    config = load_config(recipe, ["model.device=cuda:1", "engine.device=cpu"])
+    assert config.model.device == "cuda:1" and config.engine.device == "cpu"
     with pytest.raises(ConfigError, match=r"model.device: device must be 'auto' .* or 'cuda:N' \(got 'gpu'\)"):
         load_config(recipe, ["model.device=gpu"])
-    with pytest.raises(ConfigError, match="rollout.engine_device"):
-        load_config(recipe, ["rollout.engine_device=tpu"])
+    with pytest.raises(ConfigError, match="engine.device"):
+        load_config(recipe, ["engine.device=tpu"])
 
 
 def meta_model() -> LlamaForCausalLM:

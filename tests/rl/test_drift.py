@@ -11,6 +11,7 @@ from rstar2.engines.hf import HFEngine, HFEngineConfig
 from rstar2.rl.learner import LocalLearner
 from rstar2.rl.metrics import Rollout, weight_version_metrics
 from rstar2.rl.update import LogprobDrift, with_current_logprobs
+from rstar2.run.settings import learner_settings
 from tests.rl.test_trainer import make_config, rl_data  # noqa: F401
 from tests.rl.test_update import SEQUENCES, SETTINGS, tiny_model
 
@@ -41,12 +42,12 @@ def test_the_learner_reports_drift_when_it_recomputes(tmp_path, rl_data, tokeniz
     copy_engine = HFEngine(HFEngineConfig(), model=copy.deepcopy(model), tokenizer=tokenizer)
     colocated_engine = HFEngine(HFEngineConfig(), model=model, tokenizer=tokenizer)
     try:
-        apart = LocalLearner(config, model, copy_engine, pad_id=0)
+        apart = LocalLearner(learner_settings(config, 0), model, copy_engine)
         stats, _ = apart.learn(list(SEQUENCES))
         measured = apart.measured
         assert stats is not None and set(measured) == {"logprob_drift/mean", "logprob_drift/max"}
         assert measured["logprob_drift/mean"] > 0  # the sampled log-probs here are made up
-        together = LocalLearner(config, model, colocated_engine, pad_id=0)
+        together = LocalLearner(learner_settings(config, 0), model, colocated_engine)
         together.learn(list(SEQUENCES))
         assert together.measured == {}  # nothing recomputed, nothing measured
     finally:

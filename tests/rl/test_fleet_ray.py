@@ -15,9 +15,8 @@ from rstar2.engines.fleet import Fleet
 from rstar2.engines.loading import load_tokenizer
 from rstar2.reward import Grader
 from rstar2.rl.policy import load_policy
-from rstar2.rl.launch import build_trainer
 from rstar2.sandbox import SandboxClient
-from tests.rl.test_trainer import make_config, rl_data  # noqa: F401  (fixture)
+from tests.rl.test_trainer import local_trainer, make_config, rl_data  # noqa: F401  (fixture)
 
 ray = pytest.importorskip("ray", reason="the Ray tests need the 'ray' extra (scripts/setup.sh)")
 from rstar2.engines.fleet.ray_member import RayMember  # noqa: E402
@@ -73,8 +72,8 @@ def test_a_step_on_two_actors_survives_a_killed_actor(cluster, tmp_path, rl_data
         try:
             with Grader(workers=1) as grader:
                 async with SandboxClient([sandbox_url]) as sandbox:
-                    trainer = build_trainer(config, model, tokenizer, fleet, sandbox, grader,
-                                      read_problems(config.data.train))
+                    trainer = local_trainer(config, model, fleet, sandbox, grader,
+                                            read_problems(config.data.train), tokenizer)
                     trainer.restore(resume=False)
                     os.kill(await members[1].pid(), signal.SIGKILL)
                     await trainer.run()

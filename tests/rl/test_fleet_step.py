@@ -18,11 +18,11 @@ from rstar2.reward import Grader
 from rstar2.rl.policy import load_policy
 from rstar2.rl.runlog import read_metrics
 from rstar2.engines.loading import load_tokenizer
-from rstar2.rl.config import ConfigError, validate_config
-from rstar2.rl.launch import build_trainer, rollout_engine
+from rstar2.run.placement import rollout_engine
+from rstar2.run.recipe import ConfigError, validate_config
 from rstar2.sandbox import SandboxClient
 from tests.engines.test_fleet import WEIGHTS_TOKEN, serve
-from tests.rl.test_trainer import make_config, rl_data  # noqa: F401  (fixture)
+from tests.rl.test_trainer import local_trainer, make_config, rl_data  # noqa: F401  (fixture)
 
 ROLLOUTS = 4  # 1 prompt x 2G, G = 2
 
@@ -44,8 +44,8 @@ def one_step(tmp_path, data, sandbox_url, members, policy, tokenizer):
         fleet = Fleet(members, policy, poll_s=0.05)
         with Grader(workers=1) as grader:
             async with SandboxClient([sandbox_url]) as sandbox:
-                trainer = build_trainer(config, model, tokenizer, fleet, sandbox, grader,
-                                        read_problems(config.data.train))
+                trainer = local_trainer(config, model, fleet, sandbox, grader,
+                                        read_problems(config.data.train), tokenizer)
                 trainer.restore(resume=False)
                 await trainer.run()
         return fleet, await fleet.loads()
@@ -109,9 +109,9 @@ def test_a_step_on_two_serve_model_servers(tmp_path, rl_data, sandbox_url, polic
 
 def test_a_recipe_with_members_builds_its_fleet_through_the_factory(tmp_path, rl_data):  # noqa: F811
     config = make_config(tmp_path, rl_data)
-    rollout = config.rollout.model_dump() | {"scheduler": "static", "members": [
+    engine = config.engine.model_dump() | {"scheduler": "static", "members": [
         {"kind": "openai", "base_url": "http://127.0.0.1:9"}, {"kv_budget_tokens": 900}]}
-    config = validate_config(config.model_dump() | {"rollout": rollout})
+    config = validate_config(config.model_dump() | {"engine": engine})
     tokenizer = load_tokenizer(config.model.path)
     fleet = rollout_engine(config, model=None, tokenizer=tokenizer)
     try:
@@ -123,11 +123,11 @@ def test_a_recipe_with_members_builds_its_fleet_through_the_factory(tmp_path, rl
         asyncio.run(fleet.close())
 
 
-@pytest.mark.parametrize("rollout, message", [
-    ({"scheduler": "fastest"}, "rollout.scheduler: must be one of 'static', 'least_loaded', 'kv_aware', 'adaptive'"),
-    ({"members": [{"kind": "openai"}]}, "rollout.members.0: an 'openai' member needs base_url"),
+@pytest.mark.parametrize("engine, message", [
+    ({"scheduler": "fastest"}, "engine.scheduler: must be one of 'static', 'least_loaded', 'kv_aware', 'adaptive'"),
+    ({"members": [{"kind": "openai"}]}, "engine.members.0: an 'openai' member needs base_url"),
     ({"members": [{"kind": "openai", "base_url": "http://h", "ray": True}]}, "only 'hf' and 'vllm' members"),
 ])
-def test_bad_fleet_recipes_are_refused_naming_the_field(rollout, message):
+def test_bad_fleet_recipes_are_refused_naming_the_field(engine, message):
     with pytest.raises(ConfigError, match=message):
-        validate_config({"name": "x", "data": {"train": "a"}, "rl": {"steps": 1}, "rollout": rollout})
+        validate_config({"name": "x", "data": {"train": "a"}, "rl": {"steps": 1}, "engine": engine})

@@ -10,9 +10,10 @@ import torch
 
 from rstar2.engines.hf import HFEngine, HFEngineConfig
 from rstar2.rl.batch import TrainSequence
-from rstar2.rl.config import validate_config
 from rstar2.rl.learner import Learner, LocalLearner
 from rstar2.rl.policy import load_policy
+from rstar2.run.recipe import validate_config
+from rstar2.run.settings import learner_settings
 
 
 @pytest.fixture
@@ -45,7 +46,7 @@ def same(a, b):
 def learner_on(config):
     model = load_policy(config.model)
     engine = HFEngine(HFEngineConfig(dtype="float32", max_batch_size=2), model=model)
-    return LocalLearner(config, model, engine, pad_id=engine.tokenizer.pad_token_id), engine
+    return LocalLearner(learner_settings(config, engine.tokenizer.pad_token_id), model, engine), engine
 
 
 def test_save_then_restore_continues_exactly(config):
@@ -83,7 +84,7 @@ def test_a_fresh_run_restores_nothing(config):
 def test_push_weights_loads_a_separate_copy_and_only_clears_a_colocated_one(config):
     learner, colocated = learner_on(config)
     separate = HFEngine(HFEngineConfig(dtype="float32", max_batch_size=2), tokenizer=colocated.tokenizer)
-    copying = LocalLearner(config, learner.model, separate, pad_id=0)
+    copying = LocalLearner(learner_settings(config, 0), learner.model, separate)
     try:
         assert not copying.colocated
         learner.learn(sequences(colocated))  # the policy moves away from the base weights
@@ -91,7 +92,7 @@ def test_push_weights_loads_a_separate_copy_and_only_clears_a_colocated_one(conf
         asyncio.run(copying.push_weights())
         assert same(weights(learner.model), weights(separate.model))
         asyncio.run(learner.push_weights())
-        assert not learner.model.training and not colocated.residents
+        assert not learner.model.training and not colocated.table.residents
     finally:
         colocated.shutdown()
         separate.shutdown()

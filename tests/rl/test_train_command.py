@@ -66,3 +66,16 @@ def test_a_logger_whose_package_is_missing_is_refused_before_any_model_loads(ver
     # the only line: before the device note, the tokenizer and the model
     assert result.output.strip() == f"error: {field} needs the {package} package: pip install 'rstar2[{package}]'"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_local_vllm_engine_without_vllm_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    train = tmp_path / "train.jsonl"
+    train.write_text('{"id": "p1", "problem": "What is 6 * 7?", "answer": "42"}\n')
+    result = CliRunner().invoke(app, ["train", str(REPO / "recipes" / "cpu-demo.yaml"),
+                                      "--set", f"runs_dir={tmp_path / 'runs'}", "--set", f"data.train={train}",
+                                      "--set", "engine.kind=vllm", "--set", "engine.dtype=null"])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
+    errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "pip install 'rstar2[gpu]'" in errors[0], result.output
+    assert not (tmp_path / "runs").exists()

@@ -12,15 +12,16 @@ import json
 import pytest
 import torch
 
-from rstar2.agent.prompt import PromptConfig
 from rstar2.data.problems import read_problems
 from rstar2.engines.hf import HFEngine, HFEngineConfig
 from rstar2.reward import Grader
-from rstar2.rl.config import validate_config
-from rstar2.rl.launch import build_trainer
+from rstar2.rl.learner import LocalLearner
 from rstar2.rl.policy import load_policy
 from rstar2.rl.prompt_order import PromptOrder
 from rstar2.rl.runlog import read_metrics
+from rstar2.run.recipe import validate_config
+from rstar2.run.settings import learner_settings
+from rstar2.run.training import build_trainer
 from rstar2.sandbox import SandboxClient
 from rstar2.sft.dataset import sft_traces, split_tasks, write_problems
 from rstar2.sft.train import SFTSettings, sft_train
@@ -46,11 +47,17 @@ def make_config(tmp_path, data, **rl):
     })
 
 
+def local_trainer(config, model, engine, sandbox, grader, problems, tokenizer=None):
+    """The run's step wiring (``build_trainer``) around a ``LocalLearner`` of ``model``."""
+    tokenizer = tokenizer or engine.tokenizer
+    learner = LocalLearner(learner_settings(config, tokenizer.pad_token_id), model, engine)
+    return build_trainer(config, learner, engine, tokenizer, sandbox, grader, problems)
+
+
 async def train(config, model, engine, sandbox_url, resume=False):
     with Grader(workers=1) as grader:
         async with SandboxClient([sandbox_url]) as sandbox:
-            trainer = build_trainer(config, model, engine.tokenizer, engine, sandbox, grader,
-                                    read_problems(config.data.train))
+            trainer = local_trainer(config, model, engine, sandbox, grader, read_problems(config.data.train))
             trainer.restore(resume)
             await trainer.run()
             return trainer
@@ -104,7 +111,7 @@ def test_two_steps_after_sft_change_the_weights_and_resume_continues(tmp_path, s
 
     async def make_traces():
         async with SandboxClient([sandbox_url]) as sandbox:
-            return await sft_traces(splits.sft, engine.tokenizer, sandbox, PromptConfig(variant=config.rollout.prompt))
+            return await sft_traces(splits.sft, engine.tokenizer, sandbox, config.rollout.prompt)
 
     traces = asyncio.run(make_traces())
     sft_train(model, traces, SFTSettings(epochs=3, batch_size=8, lr=3e-4, warmup_steps=2,
@@ -124,8 +131,8 @@ def test_two_steps_after_sft_change_the_weights_and_resume_continues(tmp_path, s
     resumed_model = load_policy(config.model)
     engine = HFEngine(HFEngineConfig(dtype="bfloat16", max_batch_size=16))
     try:
-        resumed = build_trainer(config.model_copy(update={"rl": config.rl.model_copy(update={"steps": 3})}),
-                                resumed_model, engine.tokenizer, engine, None, None, read_problems(data))
+        resumed = local_trainer(config.model_copy(update={"rl": config.rl.model_copy(update={"steps": 3})}),
+                                resumed_model, engine, None, None, read_problems(data))
         resumed.restore(resume=True)
     finally:
         engine.shutdown()
@@ -145,8 +152,7 @@ def test_restore_takes_the_step_and_data_position_from_the_learners_checkpoint(t
     try:
         trainer = asyncio.run(train(config, model, engine, sandbox_url))
         longer = config.model_copy(update={"rl": config.rl.model_copy(update={"steps": 2})})
-        resumed = build_trainer(longer, load_policy(config.model), engine.tokenizer, engine, None, None,
-                                read_problems(rl_data))
+        resumed = local_trainer(longer, load_policy(config.model), engine, None, None, read_problems(rl_data))
         resumed.restore(resume=True)
     finally:
         engine.shutdown()

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from rstar2.cli import app
 from rstar2.data import find_overlaps, load_benchmark
 from rstar2.demo.gsm8k import RECIPE, gsm8k_splits, load_recipe, run_gsm8k
-from rstar2.rl.config import ConfigError
+from rstar2.run.recipe import ConfigError
 
 
 @pytest.fixture

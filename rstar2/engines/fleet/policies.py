@@ -19,7 +19,7 @@ it ends, fails or its member is lost. What the scheduler is told:
 * ``report`` -- a member's own reading of its load (``base.EngineLoad``: KV, queue,
   preemptions, decode counters), polled; ``lose`` / ``restore`` -- a member died / is back.
 
-Policies (``rollout.scheduler``):
+Policies (``engine.scheduler``):
 
 * ``static`` -- trajectories are dealt round-robin to the members as they are submitted, all at
   once (the batch split evenly up front: verl v0.2's default, the paper's baseline);

@@ -5,8 +5,9 @@ from pathlib import Path
 import pytest
 
 from rstar2.demo.gsm8k import load_recipe
-from rstar2.rl.config import (ConfigError, RunConfig, Section, field_paths, load_config, read_recipe,
-                              section_type)
+from rstar2.run.config import RunConfig
+from rstar2.run.recipe import ConfigError, field_paths, load_config, read_recipe, section_type
+from rstar2.section import Section
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 STAGES = [RECIPES / f"qwen3-14b-stage{n}.yaml" for n in (1, 2, 3)]
@@ -69,15 +70,15 @@ def test_every_field_is_documented():
 def test_overrides_apply_in_order_and_parse_values(demo_recipe):
     config = load_config(
         demo_recipe,
-        ["rl.optimizer.lr=2e-6", "rl.roc.mode=off", "rollout.sandbox_urls=[http://a:1, http://b:2]",
-         "model.lora.rank=8", "logging.wandb_project=null", "rl.optimizer.lr=3e-6",
+        ["rl.optimizer.lr=2e-6", "rl.roc.mode=off", "sandbox.urls=[http://a:1, http://b:2]",
+         "model.lora.rank=8", "engine.dtype=null", "logging.wandb_project=null", "rl.optimizer.lr=3e-6",
          "rl.roc.drop_zero_variance=false", "rl.roc.error_signal=text"],
     )
     assert config.rl.optimizer.lr == 3e-6
     # YAML 1.1 would read `off` as False; recipes use YAML 1.2 booleans (true/false only)
     assert config.rl.roc.mode == "off" and config.rl.rollouts_per_prompt == config.rl.group_size
     assert config.rl.roc.drop_zero_variance is False and config.rl.roc.error_signal == "text"
-    assert config.rollout.sandbox_urls == ("http://a:1", "http://b:2")
+    assert config.sandbox.urls == ("http://a:1", "http://b:2")
     assert config.model.lora is not None and config.model.lora.rank == 8
     assert config.model.lora.alpha == 32.0  # the rest of a section created by --set keeps defaults
 
@@ -90,7 +91,14 @@ def test_overrides_apply_in_order_and_parse_values(demo_recipe):
         ("rl.lr=1e-6", "rl.lr: unknown field (did you mean rl.optimizer.lr?)"),
         ("rl.optimizer.warmup=3",
          "rl.optimizer.warmup: unknown field (did you mean rl.optimizer.warmup_steps?)"),
-        ("rollout.temperature=0", "rollout.temperature: input should be greater than 0 (got 0)"),
+        ("rollout.temperature=0", "rollout: temperature must be above 0 to train (got 0)"),
+        ("rollout.tool_timeout_s=null", "rollout: tool_timeout_s must be set to train"),
+        ("rollout.tool_response_cut=left",
+         "rollout.tool_response_cut: must be one of 'middle', 'end', 'start' (got 'left')"),
+        ("rollout.prompt.variant=long", "rollout.prompt.variant: must be one of 'rstar2', 'short', "
+         "'no_tools' (got 'long')"),
+        ("rollout.max_tool_calls=2",
+         "rollout.max_tool_calls: unknown field (did you mean rollout.max_tool_calls_per_turn?)"),
         ("rl.group_size=1", "rl.group_size: input should be greater than or equal to 2 (got 1)"),
         ("rl.loss.clip_low=1.5", "rl.loss.clip_low: input should be less than 1 (got 1.5)"),
         ("name=a b", "name: string should match pattern"),
@@ -143,3 +151,39 @@ def test_configs_are_immutable(demo_recipe):
     with pytest.raises(Exception):
         config.rl.optimizer.lr = 1.0
     assert config.run_dir == Path("runs/cpu-demo")
+
+
+def test_every_paper_knob_of_the_rollout_is_a_recipe_field(demo_recipe):
+    config = load_config(demo_recipe, [
+        "rollout.max_tool_response_tokens=64", "rollout.tool_response_cut=end",
+        "rollout.max_tool_calls_per_turn=1", "rollout.max_turns=5",
+        "rollout.max_response_tokens=300", "rollout.tool_timeout_s=2.5",
+        "rollout.prompt={variant: rstar2, tool_name: python_code_with_standard_io}"])
+    rollout = config.rollout
+    assert (rollout.max_tool_response_tokens, rollout.tool_response_cut) == (64, "end")
+    assert (rollout.max_tool_calls_per_turn, rollout.max_turns) == (1, 5)
+    assert (rollout.max_response_tokens, rollout.tool_timeout_s) == (300, 2.5)
+    assert rollout.prompt.tool_name == "python_code_with_standard_io"
+    assert load_config(demo_recipe, ["rollout.prompt=no_tools"]).rollout.prompt.variant == "no_tools"
+
+
+def test_old_rollout_fields_are_read_at_their_new_places_with_a_warning(tmp_path, demo_recipe):
+    """A recipe or a saved run config.yaml from before the engine and sandbox sections."""
+    old = tmp_path / "old.yaml"
+    old.write_text(demo_recipe.read_text().replace("engine:\n  kind: hf\n  dtype: bfloat16", "")
+                   .replace("sandbox:\n  workers: 2", "")
+                   .replace("rollout:\n", "rollout:\n  engine: hf\n  engine_dtype: bfloat16\n"
+                            "  sandbox_workers: 3\n  scheduler: static\n"))
+    with pytest.warns(FutureWarning, match=r"rollout.engine_dtype -> engine.dtype.*rollout.sandbox_workers -> sandbox.workers"):
+        config = load_config(old, ["rollout.sandbox_urls=[http://a:1]"])
+    assert (config.engine.kind, config.engine.dtype, config.engine.scheduler) == ("hf", "bfloat16", "static")
+    assert (config.sandbox.workers, config.sandbox.urls) == (3, ("http://a:1",))
+    with pytest.raises(ConfigError, match="rollout.engine_dtype and engine.dtype are the same setting"):
+        load_config(demo_recipe, ["rollout.engine_dtype=float32"])
+
+
+def test_lora_is_refused_with_an_engine_that_holds_its_own_copy(demo_recipe):
+    with pytest.raises(ConfigError, match="engine.dtype needs full fine-tuning"):
+        load_config(demo_recipe, ["model.lora.rank=8"])
+    with pytest.raises(ConfigError, match="engine.members needs full fine-tuning"):
+        load_config(demo_recipe, ["model.lora.rank=8", "engine.dtype=null", "engine.members=[{}]"])

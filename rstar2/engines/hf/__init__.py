@@ -1,0 +1,43 @@
+"""HFEngine: an embedded transformers model behind the ``Engine`` contract (CPU or GPU).
+
+    from rstar2.engines.hf import HFEngine, HFEngineConfig
+
+A worker thread runs continuous batching: every step it admits waiting requests into free
+slots (prefilling only what is not already cached) and then decodes one token for every
+active sequence, so a rollout whose tool call just returned joins the very next step instead
+of waiting for the rest of its batch. The asyncio side only queues requests and awaits
+futures, so tool calls and HTTP traffic keep flowing while the model computes.
+
+What is cached (see ``rstar2.engines.slots``):
+
+* *shared prefixes*: when several waiting prompts start with the same >= ``min_shared_prefix``
+  tokens (the system prompt; the 2G copies of one question), that prefix is computed once as a
+  ``PrefixBlock`` that all of them read; identical prompts are prefilled once and copied;
+* *finished sequences* stay parked in their slot (up to ``max_parked``, least recently used
+  evicted first); a new prompt that extends one -- the next turn of the same rollout, after
+  its tool response -- resumes in that slot and prefills only the new tokens.
+
+On a GPU (``attention``: flat) blocks are copied into the slots that read them, attention is
+one fused SDPA call per layer, and decode steps are fixed-shape CUDA graphs
+(``engines.bucketed``); the CPU keeps cascade attention over blocks read in place.
+
+Sampling is per request (temperature, top-p, stop tokens/strings); log-probs follow
+``engines.base``. As a ``TrainableEngine``, ``update_weights`` swaps in new weights between RL
+steps and drops every cached KV, which the old weights computed; ``reseed`` restarts the
+sampling generator.
+
+The package, one part per module:
+
+* ``config``   -- ``HFEngineConfig``;
+* ``engine``   -- ``HFEngine``: the asyncio side, the worker thread and its step (admit, decode);
+* ``requests`` -- a request and a resident sequence, the records the parts share;
+* ``table``    -- admission and prefix blocks: which sequence sits in which slot, what is cached;
+* ``kv``       -- KV accounting: what admitted requests may come to hold, what they hold;
+* ``compute``  -- forward passes: prefill, decode, shared blocks;
+* ``sampling`` -- the next token of each row, and when a sequence is finished.
+"""
+
+from rstar2.engines.hf.config import HFEngineConfig
+from rstar2.engines.hf.engine import HFEngine
+
+__all__ = ["HFEngine", "HFEngineConfig"]

@@ -1,0 +1,230 @@
+"""``HFEngine``: the asyncio side (queue, futures) and the worker thread whose every step
+admits waiting requests and decodes one token of every active sequence (the package
+docstring says what is cached and why). The parts it drives: the slot table
+(``table``), the KV budget (``kv``), the model's passes (``compute``) and the choice of the
+next tokens (``sampling``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import threading
+import time
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from rstar2.engines import slots
+from rstar2.engines.base import Completion, EngineLoad, SamplingParams
+from rstar2.engines.device import resolve_device
+from rstar2.engines.hf.compute import Compute
+from rstar2.engines.hf.config import HFEngineConfig
+from rstar2.engines.hf.kv import KVBudget
+from rstar2.engines.hf.requests import Request, Resident, resolve
+from rstar2.engines.hf.sampling import draw, finish_reason
+from rstar2.engines.hf.table import SlotTable
+from rstar2.engines.loading import load_model, load_tokenizer, set_cpu_threads
+
+
+class HFEngine:
+    """Embedded transformers engine; see the package docstring."""
+
+    def __init__(self, config: HFEngineConfig | None = None, *, model=None, tokenizer=None):
+        self.config = config = config or HFEngineConfig()
+        device = model.device if model is not None else resolve_device(config.device)
+        if device.type == "cpu":
+            set_cpu_threads()
+        self.model = model if model is not None else load_model(config.model, config.dtype, device)
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config.model)
+        slots.install(self.model)
+        cfg = self.model.config
+        # transformers configs name these differently per architecture; absent means derived
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.max_length = getattr(cfg, "max_position_embeddings", 1 << 30)
+        self.device = self.model.device
+        flat = config.attention == "flat" or (config.attention == "auto" and self.device.type != "cpu")
+        if not flat and self.device.type != "cpu":
+            raise ValueError("attention 'cascade' needs the CPU; use 'flat' or 'auto' on a GPU")
+        cache = slots.SlotCache(cfg.num_hidden_layers, cfg.num_key_value_heads, head_dim,
+                                self.model.dtype, self.device, spare=int(flat))
+        self.table = SlotTable(config, cache)
+        self.compute = Compute(self.model, self.table, flat, config.max_batch_size,
+                               config.prefill_tokens, config.cuda_graphs)
+        self.kv = KVBudget(config.kv_budget_tokens or config.max_batch_size * self.max_length)
+        self.eos_ids = frozenset(model_eos_ids(self.model, self.tokenizer))
+        self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
+        self.weight_version: int | None = None  # stamped on every completion
+        self.queue: collections.deque[Request] = collections.deque()
+        self.wake = threading.Condition()
+        self.step_lock = threading.Lock()
+        self.closing = False
+        self.worker: threading.Thread | None = None
+        self.busy_s = 0.0
+        self.generation_tokens = self.inter_tokens = 0  # decode counters, as vLLM's
+        self.inter_token_seconds = 0.0
+
+    # ----------------------------------------------------------------- public side
+    async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams
+                       ) -> list[Completion]:
+        futures = [asyncio.wrap_future(f) for f in self.submit(prompts, params)]
+        return list(await asyncio.gather(*futures))
+
+    def submit(self, prompts: Sequence[Sequence[int]], params: SamplingParams
+               ) -> list[concurrent.futures.Future]:
+        """Queue prompts (all or none); each future resolves to its ``Completion``."""
+        stops = self.eos_ids if params.stop_token_ids is None else frozenset(params.stop_token_ids)
+        requests = [Request(self.checked(p), params, stops, concurrent.futures.Future(),
+                            min(len(p) + params.max_tokens, self.max_length)) for p in prompts]
+        with self.wake:
+            if self.closing:
+                raise RuntimeError("engine is closed")
+            self.queue.extend(requests)
+            if self.worker is None:
+                self.worker = threading.Thread(target=self.serve, name="hf-engine", daemon=True)
+                self.worker.start()
+            self.wake.notify()
+        return [r.future for r in requests]
+
+    def checked(self, prompt: Sequence[int]) -> list[int]:
+        prompt = [int(t) for t in prompt]
+        vocab = self.model.config.vocab_size
+        if not prompt:
+            raise ValueError("prompt is empty")
+        if min(prompt) < 0 or max(prompt) >= vocab:
+            raise ValueError(f"prompt has token ids outside the vocabulary [0, {vocab})")
+        if len(prompt) >= self.max_length:
+            raise ValueError(f"prompt of {len(prompt)} tokens exceeds the model's "
+                             f"{self.max_length}-token context")
+        return prompt
+
+    def samples_from(self, model: object) -> bool:
+        return self.model is model
+
+    def reseed(self, seed: int) -> None:
+        self.generator.manual_seed(seed)
+
+    def load(self) -> EngineLoad:
+        """KV capacity and use, queue, busy time and decode counters, as the worker last left
+        them."""
+        return EngineLoad(kv_capacity_tokens=self.kv.capacity, kv_used_tokens=self.kv.used,
+                          kv_peak_tokens=self.kv.peak, running=self.table.n_active,
+                          waiting=len(self.queue), busy_s=self.busy_s,
+                          generation_tokens=self.generation_tokens,
+                          inter_token_seconds=self.inter_token_seconds,
+                          inter_tokens=self.inter_tokens)
+
+    async def update_weights(self, state_dict: Mapping[str, torch.Tensor],
+                             version: int | None = None) -> None:
+        """Load new weights (e.g. after an RL step), stamped ``version``, and drop all cached
+        keys/values."""
+        with self.step_lock:
+            if self.table.n_active or self.queue:
+                raise RuntimeError("update_weights while requests are in flight")
+            self.model.load_state_dict(state_dict, strict=False)
+            self.weight_version = version
+            self.drop_caches()
+
+    def drop_caches(self) -> None:
+        """Forget every cached key/value: parked sequences and shared blocks."""
+        self.table.drop()
+
+    async def close(self) -> None:
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        with self.wake:
+            self.closing = True
+            self.wake.notify()
+            waiting, self.queue = list(self.queue), collections.deque()
+        if self.worker is not None:
+            self.worker.join()
+        active = [r.request for r in self.table.active if r.request]
+        for request in waiting + active:
+            resolve(request.future, exception=RuntimeError("engine closed"))
+
+    # ----------------------------------------------------------------- worker thread
+    def serve(self) -> None:
+        while True:
+            with self.wake:
+                while not self.queue and not self.table.n_active and not self.closing:
+                    self.wake.wait()
+                if self.closing:
+                    break
+                admitted = self.kv.admissible(self.queue, self.table.n_active,
+                                              self.config.max_batch_size)
+            started = time.perf_counter()
+            decoded = 0
+            with self.step_lock:
+                try:
+                    with torch.inference_mode():
+                        if admitted:
+                            self.admit(admitted)
+                        if self.table.n_active:
+                            decoded = self.table.n_active
+                            self.accept(self.table.active, self.compute.decode())
+                except Exception as exc:  # fail the affected requests, keep serving
+                    self.fail_in_flight(exc, admitted)
+                self.kv.measure(self.table.active)
+            elapsed = time.perf_counter() - started
+            self.busy_s += elapsed
+            # each decoded token waited this whole iteration since its sequence's last one
+            self.generation_tokens += len(admitted) + decoded
+            self.inter_token_seconds += elapsed * decoded
+            self.inter_tokens += decoded
+
+    def admit(self, requests: list[Request]) -> None:
+        """Give each request a slot (``SlotTable.place``), prefill what is new, and sample its
+        first token."""
+        placed = self.table.place(requests, self.compute.compute_block)
+        if self.compute.flat:
+            for resident in placed.reps:
+                self.table.inline_block(resident)
+        logits = self.compute.prefill(placed.first, len(placed.reps))
+        self.table.copy_twins(placed.copies)
+        self.accept(placed.rows, logits[placed.picks])
+
+    def accept(self, rows: list[Resident], logits: torch.Tensor) -> None:
+        """Sample each row's next token from its logits, then finish rows that are done."""
+        self.table.clock += 1
+        done = []
+        for r, (token, logprob) in zip(rows, draw(rows, logits, self.generator)):
+            r.out_ids.append(token)
+            r.out_logprobs.append(logprob)
+            r.pending = [token]
+            reason = finish_reason(r, self.tokenizer, self.max_length)
+            if reason or r.request.future.cancelled():
+                done.append((r, reason))
+        for r, reason in sorted(done, key=lambda d: -self.table.residents.index(d[0])):
+            self.finish(r, reason)
+
+    def finish(self, r: Resident, reason: str | None) -> None:
+        """Park ``r`` (its keys kept for its next turn), then deliver its completion: a caller
+        woken by the completion sees the engine already settled."""
+        request = r.request
+        self.kv.release(request)
+        self.table.park(r)
+        if reason:
+            resolve(request.future, Completion(
+                token_ids=r.out_ids, logprobs=r.out_logprobs, finish_reason=reason,
+                weight_version=self.weight_version))
+
+    def fail_in_flight(self, exc: Exception, admitted: list[Request]) -> None:
+        in_flight = admitted + [r.request for r in self.table.active if r.request]
+        for request in in_flight:
+            resolve(request.future, exception=exc)
+        self.table.drop()
+        self.kv.reset()
+
+
+def model_eos_ids(model, tokenizer) -> set[int]:
+    """End-of-sequence ids from the generation config and the tokenizer (transformers models
+    may lack a generation config, and either may leave the id unset)."""
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), model.config):
+        eos = getattr(source, "eos_token_id", None)
+        ids.update(eos if isinstance(eos, list) else [] if eos is None else [eos])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids

@@ -1,0 +1,52 @@
+"""The records the engine's parts share: a queued request and a sequence that owns a slot."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from dataclasses import dataclass, field
+
+from rstar2.engines import slots
+from rstar2.engines.base import SamplingParams
+
+
+@dataclass(eq=False)
+class Request:
+    prompt: list[int]
+    params: SamplingParams
+    stop_ids: frozenset[int]
+    future: concurrent.futures.Future
+    footprint: int = 0  # KV tokens it may come to hold: prompt + max_tokens, within the context
+
+
+@dataclass(eq=False)
+class Resident:
+    """A sequence that owns a slot: active while it has a request, parked after."""
+
+    block: slots.PrefixBlock | None
+    cached: list[int]  # tokens whose keys/values exist (block tokens first)
+    pending: list[int] = field(default_factory=list)  # tokens to feed next
+    request: Request | None = None
+    out_ids: list[int] = field(default_factory=list)
+    out_logprobs: list[float] = field(default_factory=list)
+    last_used: int = 0
+
+    @property
+    def used(self) -> int:
+        """Slot positions holding keys (the part of ``cached`` after the block)."""
+        return len(self.cached) - (len(self.block) if self.block else 0)
+
+    def start(self, request: Request) -> None:
+        self.request = request
+        self.pending = request.prompt[len(self.cached):]
+        self.out_ids, self.out_logprobs = [], []
+
+
+def resolve(future: concurrent.futures.Future, result=None, exception=None) -> None:
+    """Complete ``future`` unless its caller has given up on it (cancelled)."""
+    try:
+        if exception is not None:
+            future.set_exception(exception)
+        else:
+            future.set_result(result)
+    except concurrent.futures.InvalidStateError:
+        pass

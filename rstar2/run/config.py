@@ -1,0 +1,97 @@
+"""The configuration of a training run: one tree of sections, one per component.
+
+    config = load_config("recipes/qwen3-14b-stage1.yaml", ["rl.optimizer.lr=2e-6"])   # .recipe
+
+``RunConfig`` holds ``model`` and ``rl`` (with ``roc``/``loss``/``optimizer``/``init``),
+``checkpoint`` and ``logging`` (``rstar2.rl.config``), ``data`` (the training set), ``rollout``
+(the agent's limits and sampling, ``rstar2.agent.rollout.RolloutConfig``, handed to the agent as
+it is), ``engine`` (what generates the rollouts, ``rstar2.engines.factory``), ``sandbox`` (where
+tool calls run) and ``cluster`` (``rstar2.cluster.config``; null trains in this process). Every
+field carries its documentation as the docstring under it; defaults are the paper's values
+(§4.3), so a recipe states what differs. Each component is handed only its own section
+(``rstar2.run.settings``). Checks that span sections (a greedy training rollout, LoRA with an
+engine holding its own copy) are made here, where the recipe is read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, model_validator
+
+from rstar2.agent.rollout import RolloutConfig
+from rstar2.cluster.config import ClusterConfig
+from rstar2.engines.factory import RolloutEngineConfig
+from rstar2.rl.config import CheckpointConfig, LoggingConfig, ModelConfig, RLConfig
+from rstar2.section import Section
+
+
+class DataConfig(Section):
+    train: str
+    """JSONL file of training problems, one object per line with ``id``, ``problem`` and an
+    integer ``answer`` (the layout of ``../shared/data``)."""
+    keep_ids: str | None = None
+    """Optional text file with one problem id per line: only those problems are trained on.
+    Stage 3 uses it for the hard subset (problems not solved 8/8 by the stage-2 policy)."""
+    max_prompt_tokens: int = Field(2048, ge=1)
+    """Problems whose prompt is longer than this are skipped (release: 2048)."""
+
+
+class SandboxConfig(Section):
+    urls: tuple[str, ...] = ()
+    """Sandbox services (``rstar2 sandbox serve``) to run tool calls on; empty starts a
+    private local one (on a cluster: ``cluster.sandbox`` services on every node)."""
+    workers: int = Field(2, ge=1)
+    """Worker processes of the private local sandbox (unused when ``urls`` is set)."""
+
+
+class RunConfig(Section):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    """Run name; everything the run writes goes to ``<runs_dir>/<name>/``."""
+    seed: int = 0
+    """Seeds the prompt order, rollout sampling and RoC draws."""
+    runs_dir: str = "runs"
+    """Parent directory of run folders."""
+    model: ModelConfig = ModelConfig()
+    """The policy model."""
+    data: DataConfig
+    """Training problems."""
+    rollout: RolloutConfig = RolloutConfig()
+    """One rollout's limits and sampling: the agent receives this section as it is."""
+    engine: RolloutEngineConfig = RolloutEngineConfig()
+    """What generates the rollouts: one engine, or a fleet of members."""
+    sandbox: SandboxConfig = SandboxConfig()
+    """Where the tool calls run."""
+    rl: RLConfig
+    """The GRPO-RoC algorithm, batch sizes and optimizer."""
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    """Checkpointing."""
+    logging: LoggingConfig = LoggingConfig()
+    """Metrics and rollout logs."""
+    cluster: ClusterConfig | None = None
+    """Where the learner ranks, engine members and sandbox services run (``rstar2.cluster``);
+    null trains in this process, as on a laptop."""
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.runs_dir) / self.name
+
+    @model_validator(mode="after")
+    def trainable(self) -> RunConfig:
+        """What no single section can check: the rollouts must be sampled (the loss needs
+        their log-probs at a temperature) under a known tool deadline, and LoRA adapters live in the trainer's model, which
+        an engine with its own copy of the weights never sees."""
+        if self.rollout.temperature == 0:
+            raise ValueError("rollout: temperature must be above 0 to train (got 0): a greedy "
+                             "rollout has no sampling distribution to learn from")
+        if self.rollout.tool_timeout_s is None:
+            raise ValueError("rollout: tool_timeout_s must be set to train: the sandbox services "
+                             "a run starts take it as their deadline")
+        if self.model.lora is not None and self.engine.members:
+            raise ValueError("engine: a fleet's members hold their own weights: engine.members "
+                             "needs full fine-tuning, not LoRA (model.lora)")
+        if self.model.lora is not None and self.engine.dtype is not None:
+            raise ValueError("engine: engine.dtype needs full fine-tuning: LoRA adapters "
+                             "(model.lora) live in the trainer's model, which the engine must "
+                             "then share (leave engine.dtype null)")
+        return self

@@ -1,0 +1,135 @@
+"""``run_training(config, placement)``: the one way a training run is wired.
+
+    final_dir = train(config, resume=False)                       # rstar2 train
+    final_dir = await run_training(config, LocalPlacement(config, model=policy), grader=grader)
+
+``rstar2 train``, ``rstar2 demo`` (and its GSM8K recipe) and a cluster run all come here; only
+the placement differs (``rstar2.run.placement``). In order, before anything is written: the
+placement checks the run (a cluster plan that cannot fit, a missing extra), a run folder that
+holds checkpoints is continued only with ``resume`` (never silently overwritten), and the
+training set is read and filtered (``data.keep_ids``, ``data.max_prompt_tokens``). Then the
+resolved config goes to ``<run>/config.yaml``; the placement opens the sandboxes, the engine and
+the learner into one exit stack, which this function owns and closes in reverse whatever
+happens; the ``Sampler`` and the ``Trainer`` are wired around them (``build_trainer``), each
+with its own section; and the trained policy is exported as ``<run>/final`` with its card
+(``rstar2.agent.card``: the prompt and limits it was trained with).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+
+from rstar2.agent.card import ModelCard, new_card
+from rstar2.agent.prompt import ChatFormat
+from rstar2.agent.rollout import CodeRunner
+from rstar2.data import DataError
+from rstar2.data.problems import Problem, read_problems
+from rstar2.engines.base import TrainableEngine
+from rstar2.engines.loading import load_tokenizer
+from rstar2.reward import Grader
+from rstar2.rl.checkpoint import latest_checkpoint
+from rstar2.rl.learner import Learner
+from rstar2.rl.sampler import Sampler
+from rstar2.rl.trainer import Trainer
+from rstar2.run.config import RunConfig
+from rstar2.run.placement import LocalPlacement, Placement
+from rstar2.run.settings import cluster_job, learner_settings, trainer_settings
+from rstar2.sandbox import SandboxClient, SandboxUnavailable
+
+
+class RunExists(RuntimeError):
+    """The run folder holds another run's checkpoints and ``resume`` was not asked for."""
+
+
+def train(config: RunConfig, resume: bool = False, console: Console | None = None) -> Path:
+    """Run (or continue) the training ``config`` describes, placed where its ``cluster:``
+    section says (this process without one); returns the final model directory."""
+    console = console or Console()
+    return asyncio.run(run_training(config, placement_for(config, console), resume=resume,
+                                    console=console))
+
+
+def placement_for(config: RunConfig, console: Console) -> Placement:
+    """``RayPlacement`` for a run with a ``cluster:`` section (Ray is imported only then),
+    else ``LocalPlacement``."""
+    if config.cluster is None:
+        return LocalPlacement(config)
+    from rstar2.cluster.placement import RayPlacement
+
+    return RayPlacement(cluster_job(config), console)
+
+
+async def run_training(config: RunConfig, placement: Placement, *, resume: bool = False,
+                       console: Console | None = None, grader: Grader | None = None,
+                       trained_by: str = "rstar2 train") -> Path:
+    """The run ``config`` describes, its parts placed by ``placement``; returns the exported
+    model directory. ``grader``: one the caller owns and keeps (the demo's, shared with its
+    evaluations); None opens one for the run. ``trained_by`` goes on the model's card."""
+    console = console or Console()
+    placement.check()
+    check_run_dir(config, resume)
+    tokenizer = load_tokenizer(config.model.path)
+    problems = training_problems(config, tokenizer)  # bad data is refused before anything is written
+    config.run_dir.mkdir(parents=True, exist_ok=True)
+    (config.run_dir / "config.yaml").write_text(
+        yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    async with AsyncExitStack() as stack:
+        urls = placement.open_sandboxes(stack)
+        engine = placement.open_engine(tokenizer, stack)
+        learner = placement.open_learner(engine, learner_settings(config, tokenizer.pad_token_id), stack)
+        grader = grader or stack.enter_context(Grader())  # one grading process per core
+        sandbox = await stack.enter_async_context(SandboxClient(urls))
+        trainer = build_trainer(config, learner, engine, tokenizer, sandbox, grader, problems, console)
+        trainer.restore(resume)
+        if trainer.completed_steps:
+            console.print(f"resuming {config.run_dir} after step {trainer.completed_steps}")
+        try:
+            await trainer.run()
+        except SandboxUnavailable:
+            placement.check_sandboxes()  # names the node whose services are gone, if that is why
+            raise
+        return placement.export(learner, tokenizer, config.run_dir / "final", run_card(config, trained_by))
+
+
+def build_trainer(config: RunConfig, learner: Learner, engine: TrainableEngine, tokenizer,
+                  code_runner: CodeRunner | None, grader: Grader | None, problems: Sequence[Problem],
+                  console: Console | None = None) -> Trainer:
+    """The step loop around ``learner`` and a ``Sampler`` over ``engine``: the agent gets the
+    ``rollout:`` section as it is, the trainer its own settings."""
+    sampler = Sampler(engine, tokenizer, code_runner, grader, config.rollout, config.rl.rollouts_per_prompt)
+    return Trainer(trainer_settings(config), learner, sampler, problems, console)
+
+
+def run_card(config: RunConfig, trained_by: str) -> ModelCard:
+    """The card of a model this run trains: its prompt and rollout limits."""
+    return new_card(config.rollout.prompt, config.rollout.max_response_tokens,
+                    config.rollout.max_turns, f"{trained_by} ({config.name})")
+
+
+def check_run_dir(config: RunConfig, resume: bool) -> None:
+    if not resume and latest_checkpoint(config.run_dir / "checkpoints") is not None:
+        raise RunExists(f"{config.run_dir} already holds checkpoints: pass --resume to continue "
+                        "that run, or --name to start another")
+
+
+def training_problems(config: RunConfig, tokenizer) -> list[Problem]:
+    """The training set: ``data.train``, cut to ``data.keep_ids`` when given, without problems
+    whose prompt exceeds ``data.max_prompt_tokens``."""
+    problems = read_problems(config.data.train)
+    if config.data.keep_ids:
+        if not Path(config.data.keep_ids).is_file():
+            raise DataError(f"data.keep_ids: {config.data.keep_ids}: no such file")
+        keep = set(Path(config.data.keep_ids).read_text().split())
+        problems = [p for p in problems if p.id in keep]
+    chat = ChatFormat(tokenizer, config.rollout.prompt)
+    problems = [p for p in problems if len(chat.prompt_ids(p.problem)) <= config.data.max_prompt_tokens]
+    if not problems:
+        raise DataError(f"{config.data.train}: no training problem fits data.max_prompt_tokens "
+                        f"({config.data.max_prompt_tokens}) and data.keep_ids")
+    return problems
