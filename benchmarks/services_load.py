@@ -134,6 +134,15 @@ async def ordinary(http: httpx.AsyncClient, service: str, url: str, turn: int) -
     return await http.get(url + path)
 
 
+def answer_message(answer: httpx.Response) -> str:
+    """The service's one-line error message (``{"error": {"message": ...}}``), or, where the
+    request was answered as a result (a tool call's error output), the start of that result."""
+    body = answer.json()
+    error = body.get("error") if isinstance(body, dict) else None
+    message = error["message"] if isinstance(error, dict) else json.dumps(body)
+    return message[:90]
+
+
 HOSTILE = {"serve-model": hostile_serve_model, "sandbox": hostile_sandbox, "view": hostile_view}
 
 
@@ -152,7 +161,7 @@ async def load(service: str, url: str, seconds: float, pid: int) -> dict:
                 sent, rss["before_hostile_mb"] = time.monotonic(), round(tree_rss_mb(pid))
                 for name, answer in await HOSTILE[service](http, url):
                     hostile.append({"request": name, "status": answer.status_code,
-                                    "message": answer.json()["error"]["message"][:90]})
+                                    "message": answer_message(answer)})
                 hostile.append({"request": "all of them", "seconds": round(time.monotonic() - sent, 2)})
                 rss["after_hostile_mb"] = round(tree_rss_mb(pid))
                 continue
