@@ -12,6 +12,13 @@
 turn that carries tool responses back (a ``user`` turn of ``<tool_response>`` blocks followed by
 the next assistant header and ``<reason>``), derived from the same chat template so that
 ChatML models (Qwen, SmolLM2) and any other template get their own separators.
+
+Thinking is off: a template with a thinking switch (Qwen3's ``enable_thinking``) is rendered with
+it off, so every assistant turn starts after the template's empty ``<think>\n\n</think>\n\n``
+and reasons inside ``<reason>`` -- the report's non-reasoning format (§4.1). Such templates
+also render an earlier assistant turn differently once a user turn follows (they drop its
+reasoning block); only the text *after* an assistant message is taken from the template, and a
+conversation is never re-rendered, so each turn keeps the tokens it was sampled with.
 """
 
 from __future__ import annotations
@@ -136,7 +143,7 @@ class ChatFormat:
 
     def render(self, messages: list[dict], generation_prompt: bool) -> str:
         return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=generation_prompt)
+            messages, tokenize=False, add_generation_prompt=generation_prompt, enable_thinking=False)
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
@@ -148,12 +155,12 @@ class ChatFormat:
         closed = self.render(head + [{"role": "assistant", "content": self.SENTINEL}], False)
         extended = self.render(head + [{"role": "assistant", "content": self.SENTINEL},
                                        {"role": "user", "content": self.SENTINEL}], True)
-        if not extended.startswith(closed):
-            raise ValueError("the chat template re-renders earlier turns when a turn is added; "
-                             "incremental tool turns need a template that appends")
         end_of_turn = closed.split(self.SENTINEL, 1)[1]
-        before, after = extended[len(closed):].split(self.SENTINEL, 1)
-        return end_of_turn, before, after
+        pieces = extended.split(self.SENTINEL)
+        if len(pieces) != 3 or not pieces[1].startswith(end_of_turn):
+            raise ValueError("the chat template does not write an assistant turn's end and the "
+                             "next user turn after its content; tool turns cannot be appended")
+        return end_of_turn, pieces[1][len(end_of_turn):], pieces[2]
 
     def prompt_text(self, question: str) -> str:
         user = question if self.config.variant == "short" else user_message(question)

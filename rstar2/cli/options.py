@@ -43,7 +43,9 @@ def one_of(choices: tuple[str, ...], what: str) -> dict:
 Model = Annotated[str, typer.Option(
     "--model", "-m", metavar="MODEL",
     help="'default' (the embedded SmolLM2-135M-Instruct), a model directory such as "
-         "runs/<run>/final, or a .gguf file; with --engine openai also a served model's name.")]
+         "runs/<run>/final, a .gguf file, or a Hugging Face hub id such as Qwen/Qwen3-1.7B "
+         "(@REVISION pins one; fetched into the HF cache, HF_HUB_OFFLINE=1 uses the cache "
+         "alone); with --engine openai also a served model's name.")]
 Engine = Annotated[str, typer.Option(
     "--engine", **one_of(ENGINE_KINDS, "engine"),
     help="Where the model runs: in this process (hf), behind an OpenAI-compatible server at "
@@ -51,8 +53,8 @@ Engine = Annotated[str, typer.Option(
 BaseUrl = Annotated[Optional[str], typer.Option(
     "--base-url", metavar="URL", help="Server URL for --engine openai, e.g. http://localhost:8000/v1.")]
 Tokenizer = Annotated[Optional[str], typer.Option(
-    "--tokenizer", metavar="DIR", help="Model directory whose tokenizer to use instead of --model's "
-                        "(needed when --model is a served name).")]
+    "--tokenizer", metavar="MODEL", help="Model directory or hub id whose tokenizer to use instead "
+                        "of --model's (needed when --model is a served name).")]
 Dtype = Annotated[str, typer.Option(
     "--dtype", **one_of(DTYPES, "dtype"), help="Weights dtype of an in-process model.")]
 ANSWER_TAG_HELP = ("Read the answer only from \\boxed{} inside <answer>...</answer> (the paper's "
