@@ -176,11 +176,15 @@ class ChatFormat:
         ``turn_ended``: the assistant's last sampled token was the template's end-of-turn
         token; otherwise (stopped by a stop string) the end-of-turn text is added here.
         """
+        return self.user_turn_text(tool_responses_text(outputs), turn_ended)
+
+    def user_turn_text(self, content: str, turn_ended: bool = True) -> str:
+        """A user turn of ``content`` after an assistant turn, up to the next ``<reason>``
+        (``tool_turn_text``'s layout; a conversation's follow-up question uses it as is)."""
         closing = self.end_of_turn
         if turn_ended and self.end_of_turn_id is not None:
             closing = closing[len(self.tokenizer.decode([self.end_of_turn_id])):]
-        return (closing + self.user_turn_before + tool_responses_text(outputs)
-                + self.user_turn_after + GENERATION_PREFIX)
+        return closing + self.user_turn_before + content + self.user_turn_after + GENERATION_PREFIX
 
     def tool_turn_ids(self, outputs: list[str], last_token: int) -> list[int]:
         return self.encode(self.tool_turn_text(outputs, last_token == self.end_of_turn_id))

@@ -12,8 +12,8 @@ from rstar2.cli.app import command_group, fail
 data_app = command_group("data", "Benchmarks and training-set filters (integer answers, "
                          "decontamination, difficulty).", no_args_is_help=True)
 
-DATA_DIR_HELP = ("Where named benchmarks are read, flat (DIR/math500.jsonl) or as the shared "
-                 "data (DIR/math500/math500.jsonl). Default: the copies inside rstar2.")
+DATA_DIR_HELP = ("Where named benchmarks are read, flat (DIR/math500.jsonl) or nested "
+                 "(DIR/math500/math500.jsonl). Default: the copies inside rstar2.")
 
 
 @data_app.command("list")

@@ -33,6 +33,7 @@ def demo(
     a PNG of the RL curves. The default recipe uses generated arithmetic;
     `--recipe gsm8k` trains on GSM8K train and evaluates on GSM8K test. Prints where everything is."""
     from rstar2.data import DataError
+    from rstar2.engines.loading import ModelNotFound
     from rstar2.demo.gsm8k import SECTION, run_gsm8k
     from rstar2.demo.pipeline import DemoSettings, run_demo
     from rstar2.rl.config import ConfigError, LoggingConfig, read_recipe
@@ -47,5 +48,5 @@ def demo(
             run_gsm8k(path, settings + ([f"{SECTION}.sft_model={sft_model}"] if sft_model else []), name)
         else:
             run_demo(DemoSettings(recipe=str(path), name=name, overrides=settings, sft_model=sft_model))
-    except (FileExistsError, ConfigError, DataError, ValidationError) as error:
+    except (FileExistsError, ConfigError, DataError, ValidationError, ModelNotFound) as error:
         fail(error)

@@ -34,6 +34,7 @@ def train(
     from rstar2.cluster.plan import PlacementError, UnsupportedPlacement
     from rstar2.cluster.sandboxes import SandboxServicesDown
     from rstar2.data import DataError
+    from rstar2.engines.loading import ModelNotFound
     from rstar2.rl.config import ConfigError, load_config
     from rstar2.rl.launch import RunExists
     from rstar2.rl.launch import train as run_training
@@ -54,7 +55,7 @@ def train(
     except DataError as error:  # data.train or data.keep_ids
         fail(f"{error}{training_data_hint(config)}")
     except (RunExists, ImportError, PlacementError, UnknownArchitecture, UnsupportedPlacement,
-            SandboxServicesDown) as error:
+            SandboxServicesDown, ModelNotFound) as error:
         fail(error)  # ImportError: an extra is missing
     typer.echo(f"done: metrics in {config.run_dir / 'metrics.jsonl'}, trained model in {final}")
 

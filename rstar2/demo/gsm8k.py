@@ -34,8 +34,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 
-from rstar2.agent.prompt import PromptConfig
+from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.data import DataError, Overlap, Problem, find_overlaps, load_benchmark, read_problems, write_jsonl
+from rstar2.data.benchmarks import benchmark_path
 from rstar2.engines.loading import load_tokenizer
 from rstar2.reward import Grader
 from rstar2.rl.config import ConfigError, RunConfig, describe_error, read_recipe, validate_config
@@ -54,9 +55,8 @@ class GSM8KSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    train: str = Field("../shared/data/gsm8k_train/gsm8k_train.jsonl",
-                       description="GSM8K train as JSONL rows with id, problem, answer and the "
-                       "annotated solution (the layout of ../shared/data).")
+    train: str = Field("gsm8k_train", description="GSM8K train: the packaged copy by name, or a "
+                       "JSONL file of rows with id, problem, answer and the annotated solution.")
     test: str = Field("gsm8k", description="The evaluation benchmark (a registered name or a JSONL "
                       "path); both training sets are decontaminated against it.")
     sft_problems: int = Field(1000, ge=1, description="Problems drawn for SFT traces (the traces "
@@ -108,7 +108,7 @@ def load_recipe(path: str | Path = RECIPE, overrides: Sequence[str] = (), name: 
 
 def gsm8k_splits(settings: GSM8KSettings, seed: int) -> GSM8KSplits:
     """Decontaminated, disjoint SFT and RL problems and the evaluation subset (module docstring)."""
-    train = read_problems(settings.train)
+    train = read_problems(benchmark_path(settings.train))
     test = load_benchmark(settings.test)
     overlaps = find_overlaps(train, [test])
     flagged = {overlap.id for overlap in overlaps}
@@ -133,9 +133,7 @@ def run_gsm8k(recipe: str | Path = RECIPE, overrides: Sequence[str] = (), name: 
               console: Console | None = None) -> dict:
     """Run the whole GSM8K recipe (module docstring); returns the summary also in summary.json."""
     settings, config = load_recipe(recipe, overrides, name)
-    if not Path(settings.train).is_file():
-        raise DataError(f"{settings.train}: no such file; set gsm8k.train=PATH to GSM8K train "
-                        "(JSONL rows with the annotated solutions, as in ../shared/data)")
+    benchmark_path(settings.train)  # a missing file is refused before the pipeline starts
     return run_pipeline(config, lambda url, grader, out: phases(settings, config, url, grader, out), console)
 
 
@@ -149,7 +147,8 @@ async def phases(settings: GSM8KSettings, config: RunConfig, url: str, grader: G
         splits = gsm8k_splits(settings, config.seed)
         built = await gsm8k_traces([] if settings.sft_model else splits.sft, tokenizer, sandbox, prompt,
                                    settings.broken_share, config.seed)
-        write_traces(data_dir / "sft_traces.jsonl", built.traces)
+        traces = write_traces(data_dir / "sft_traces.jsonl", [p.id for p in built.kept],
+                              [p.problem for p in built.kept], built.traces, ChatFormat(tokenizer, prompt).end_of_turn)
         write_jsonl(data_dir / "sft_problems.jsonl", (dict(p.row, id=p.id) for p in built.kept))
         write_jsonl(Path(config.data.train), (dict(p.row, id=p.id) for p in splits.rl))
         (config.run_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
@@ -165,7 +164,7 @@ async def phases(settings: GSM8KSettings, config: RunConfig, url: str, grader: G
                       f"(dropped {data['dropped'] or 'none'}), {data['rl_problems']} RL problems, "
                       f"{data['eval_problems']} test problems; {len(splits.overlaps)} train rows overlapping "
                       f"{splits.decontamination['against']} removed first")
-        summary = await train_and_evaluate(settings, config, tokenizer, sandbox, grader, built.traces,
+        summary = await train_and_evaluate(settings, config, tokenizer, sandbox, grader, traces,
                                            evaluation, timings, console)
     total = len(load_benchmark(settings.test).problems)
     return {"evaluated_on": f"{settings.test} ({len(splits.evaluation)} of {total})", "data": data, **summary}

@@ -5,15 +5,17 @@
 1. **Data.** Seeded templates (``rstar2.sft``) make three disjoint problem sets: SFT (basic),
    RL (hard: larger numbers, two-step variants) and held-out (half of each level).
 2. **Cold-start SFT.** Scripted tool-use traces played through the real agent loop and sandbox
-   (a share of them fix a failing first program), mostly basic problems and a few hard ones;
-   cross-entropy on the assistant's tokens.
+   (a share of them fix a failing first program), mostly basic problems and a few hard ones,
+   written as chat-format conversations and trained on by ``rstar2 sft``'s ``run_sft``
+   (cross-entropy on the assistant's tokens).
 3. **GRPO-RoC** with the recipe (``recipes/cpu-demo.yaml``) on the RL set, through the same
    ``Trainer`` as ``rstar2 train``.
 4. **Evaluation** of the base, the SFT-only and the final model on the held-out set, greedy, with
    the eval harness (``rstar2.eval.runner``); curves of the RL phase as ``curves.png``.
 
-Everything lands in ``runs/<name>/``: ``data/``, ``sft/`` and ``final/`` model directories, the
-RL run's ``metrics.jsonl``, ``rollouts/`` and ``checkpoints/``, ``eval/{base,sft,final}/``,
+Everything lands in ``runs/<name>/``: ``data/``, the SFT run ``sft/`` (its model in
+``sft/final/``), the final model ``final/``, the RL run's ``metrics.jsonl``, ``rollouts/`` and
+``checkpoints/``, ``eval/{base,sft,final}/``,
 ``curves.png`` and ``summary.json``. One fp32 policy is trained throughout; a bfloat16 copy in
 the embedded engine samples rollouts and answers the evaluations (weights pushed before each).
 """
@@ -30,9 +32,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 from rich.console import Console
 
-from rstar2.agent.prompt import PromptConfig
+from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.agent.rollout import Agent, RolloutConfig
-from rstar2.agent.trajectory import Trajectory
 from rstar2.data.benchmarks import load_benchmark
 from rstar2.data.problems import read_problems
 from rstar2.demo.plot import plot_curves
@@ -46,8 +47,10 @@ from rstar2.rl.launch import build_trainer, rollout_engine, run_card
 from rstar2.rl.policy import load_policy, save_policy
 from rstar2.rl.runlog import read_metrics
 from rstar2.sandbox import SandboxClient, local_sandbox
+from rstar2.sft.config import AgentFormat, SFTConfig, SFTDataConfig, SFTModelConfig, SFTTraining
 from rstar2.sft.dataset import sft_traces, split_tasks, write_problems, write_traces
-from rstar2.sft.train import SFTSettings, sft_train
+from rstar2.sft.run import run_sft
+from rstar2.sft.train import SFTSettings
 
 DEFAULT_RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "cpu-demo.yaml"
 
@@ -130,24 +133,26 @@ async def phases(settings: DemoSettings, config: RunConfig, url: str, grader: Gr
         splits = split_tasks(config.seed, settings.sft_problems, settings.rl_problems, settings.heldout_problems,
                              sft_hard=settings.sft_hard_problems)
         traces = await sft_traces(splits.sft, tokenizer, sandbox, prompt, settings.sft_broken_share, config.seed)
-        write_traces(run_dir / "data" / "sft_traces.jsonl", traces)
+        trace_file = write_traces(run_dir / "data" / "sft_traces.jsonl", [t.key for t in splits.sft],
+                                  [t.question for t in splits.sft], traces,
+                                  ChatFormat(tokenizer, prompt).end_of_turn)
         write_problems(run_dir / "data" / "sft_problems.jsonl", splits.sft)
         write_problems(Path(config.data.train), splits.rl)
         heldout = write_problems(run_dir / "data" / "heldout.jsonl", splits.heldout)
         timings["data"] = time.perf_counter() - clock
         console.print(f"[bold]data[/]: {len(traces)} SFT traces, {len(splits.rl)} RL problems, "
                       f"{len(splits.heldout)} held-out problems in {run_dir / 'data'}")
-        return await train_and_evaluate(settings, config, tokenizer, sandbox, grader, traces, heldout, timings,
-                                        console)
+        return await train_and_evaluate(settings, config, tokenizer, sandbox, grader, trace_file, heldout,
+                                        timings, console)
 
 
 async def train_and_evaluate(settings, config: RunConfig, tokenizer, sandbox, grader: Grader,
-                             traces: list[Trajectory], heldout: Path, timings: dict[str, float],
+                             traces: Path, heldout: Path, timings: dict[str, float],
                              console: Console) -> dict:
-    """Evaluate the base model, SFT on ``traces``, evaluate, GRPO-RoC on ``config.data.train``,
-    evaluate (the base and the SFT are skipped with ``settings.sft_model``); ``settings`` has
-    ``sft``, ``sft_model``, ``eval_max_tokens`` and ``eval_max_turns`` (``DemoSettings`` or
-    the GSM8K recipe's)."""
+    """Evaluate the base model, SFT on the conversations in ``traces`` (``run_sft``), evaluate,
+    GRPO-RoC on ``config.data.train``, evaluate (the base and the SFT are skipped with
+    ``settings.sft_model``); ``settings`` has ``sft``, ``sft_model``, ``eval_max_tokens`` and
+    ``eval_max_turns`` (``DemoSettings`` or the GSM8K recipe's)."""
     run_dir = config.run_dir
     prompt = PromptConfig(variant=config.rollout.prompt)
     model = load_policy(config.model)
@@ -158,10 +163,10 @@ async def train_and_evaluate(settings, config: RunConfig, tokenizer, sandbox, gr
         if settings.sft_model is None:
             base = await evaluate("base", model)
             clock = time.perf_counter()
-            losses = sft_train(model, traces, settings.sft, tokenizer.pad_token_id,
-                               on_step=lambda s, n, loss: show_sft_step(console, s, n, loss))
+            cold_start = sft_config(config, settings.sft, traces)
+            run_sft(cold_start, console=console, model=model, trained_by=f"rstar2 demo, SFT ({config.name})")
+            losses = [row["sft/loss"] for row in read_metrics(cold_start.run_dir)]
             timings["sft"] = time.perf_counter() - clock
-            save_policy(model, tokenizer, run_dir / "sft", run_card(config, "rstar2 demo, SFT"))
         sft = await evaluate("sft", model)
         clock = time.perf_counter()
         trainer = build_trainer(config, model, tokenizer, engine, sandbox, grader,
@@ -178,9 +183,18 @@ async def train_and_evaluate(settings, config: RunConfig, tokenizer, sandbox, gr
     return summary_of(base, sft, final, rows, losses, timings | evaluate.seconds)
 
 
-def show_sft_step(console: Console, step: int, total: int, loss: float) -> None:
-    if step % 5 == 0 or step == total:
-        console.print(f"sft step {step}/{total}  loss {loss:.3f}", highlight=False)
+def sft_config(config: RunConfig, settings: SFTSettings, traces: Path) -> SFTConfig:
+    """The cold start as an ``rstar2 sft`` run in ``<run>/sft``: the RL recipe's model and prompt,
+    the pipeline's SFT settings, every trace kept (the pipeline sized them)."""
+    model = config.model
+    return SFTConfig(
+        name="sft", runs_dir=str(config.run_dir),
+        model=SFTModelConfig(path=model.path, device=model.device, dtype=model.dtype, lora=model.lora,
+                             gradient_checkpointing=model.gradient_checkpointing),
+        data=SFTDataConfig(train=str(traces), max_tokens=1 << 30),
+        agent=AgentFormat(prompt=config.rollout.prompt, max_response_tokens=config.rollout.max_response_tokens,
+                          max_turns=config.rollout.max_turns),
+        train=SFTTraining(**settings.model_dump()))
 
 
 class Evaluator:

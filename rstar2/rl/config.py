@@ -24,7 +24,7 @@ import typing
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
@@ -35,6 +35,9 @@ from rstar2.engines.fleet.policies import PolicyName
 from rstar2.section import Section
 
 from rstar2.engines.device import DeviceSetting
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 class RecipeLoader(yaml.SafeLoader):
@@ -92,8 +95,9 @@ class ModelConfig(Section):
 
 class DataConfig(Section):
     train: str
-    """JSONL file of training problems, one object per line with ``id``, ``problem`` and an
-    integer ``answer`` (the layout of ``../shared/data``)."""
+    """Training problems: a JSONL file, one object per line with ``id``, ``problem`` and an
+    integer ``answer``, or a data set packaged with rstar2 by name ('gsm8k_train';
+    ``rstar2 data list``)."""
     keep_ids: str | None = None
     """Optional text file with one problem id per line: only those problems are trained on.
     Stage 3 uses it for the hard subset (problems not solved 8/8 by the stage-2 policy)."""
@@ -336,10 +340,16 @@ def read_recipe(path: str | Path, overrides: Iterable[str] = ()) -> dict[str, An
 
 def validate_config(tree: dict[str, Any], source: str = "config") -> RunConfig:
     """Build a ``RunConfig`` or raise ``ConfigError`` listing every bad field."""
+    return validate_tree(RunConfig, tree, source)
+
+
+def validate_tree(root: type[ModelT], tree: dict[str, Any], source: str = "config") -> ModelT:
+    """Build ``root`` (a recipe's top section) from ``tree`` or raise ``ConfigError`` listing
+    every bad field by its dotted path."""
     try:
-        return RunConfig.model_validate(tree)
+        return root.model_validate(tree)
     except ValidationError as error:
-        lines = [describe_error(problem) for problem in error.errors()]
+        lines = [describe_error(problem, root) for problem in error.errors()]
         if len(lines) == 1:
             raise ConfigError(f"{source}: {lines[0]}") from None
         raise ConfigError(f"{source}: {len(lines)} problems:\n  " + "\n  ".join(lines)) from None
@@ -363,13 +373,14 @@ def apply_override(tree: dict[str, Any], override: str) -> None:
     node[parts[-1]] = yaml.load(text, Loader=RecipeLoader)
 
 
-def describe_error(problem: dict[str, Any]) -> str:
-    """One pydantic error as ``dotted.path: message (got value)``."""
+def describe_error(problem: dict[str, Any], root: type[BaseModel] | None = None) -> str:
+    """One pydantic error as ``dotted.path: message (got value)``; an unknown field gets a
+    suggestion from the fields of ``root`` (the tree validated; default ``RunConfig``)."""
     loc = tuple(problem["loc"])
     where = ".".join(str(part) for part in loc) or "(top level)"
     kind = problem["type"]
     if kind == "extra_forbidden":
-        return f"{where}: unknown field{suggestion(loc)}"
+        return f"{where}: unknown field{suggestion(loc, root or RunConfig)}"
     if kind == "missing":
         return f"{where}: required field is missing"
     if kind == "literal_error":
@@ -388,10 +399,10 @@ def literal_options(expected: str) -> list[str]:
     return [part.strip() for part in expected.replace(" or ", ", ").split(",")]
 
 
-def suggestion(loc: Sequence[Any]) -> str:
+def suggestion(loc: Sequence[Any], root: type[BaseModel]) -> str:
     """Where a misplaced or misspelled field probably belongs, as ' (did you mean ...?)'."""
     name = str(loc[-1])
-    everywhere = list(field_paths(RunConfig))
+    everywhere = list(field_paths(root))
     same_name = [path for path in everywhere if path.rsplit(".", 1)[-1] == name]
     parent = ".".join(str(part) for part in loc[:-1])
     siblings = {

@@ -30,11 +30,12 @@ from rstar2.agent.card import ModelCard, new_card
 from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.agent.rollout import CodeRunner
 from rstar2.data import DataError
+from rstar2.data.benchmarks import benchmark_path
 from rstar2.data.problems import Problem, read_problems
 from rstar2.engines.base import TrainableEngine
 from rstar2.engines.device import module_device
 from rstar2.engines.factory import EngineSpec, open_fleet, open_trainable_engine
-from rstar2.engines.loading import load_tokenizer
+from rstar2.engines.loading import load_tokenizer, loadable_model_dir
 from rstar2.reward import Grader
 from rstar2.rl.checkpoint import latest_checkpoint
 from rstar2.rl.config import RunConfig
@@ -57,6 +58,7 @@ def train(config: RunConfig, resume: bool = False, console: Console | None = Non
 
         check_cluster_run(config)  # before anything is written
     check_run_dir(config, resume)
+    loadable_model_dir(config.model.path)  # a missing, gated or unsupported model: before anything
     tokenizer = load_tokenizer(config.model.path)
     problems = training_problems(config, tokenizer)  # bad data is refused before anything is written
     config.run_dir.mkdir(parents=True, exist_ok=True)
@@ -136,7 +138,7 @@ def check_run_dir(config: RunConfig, resume: bool) -> None:
 def training_problems(config: RunConfig, tokenizer) -> list[Problem]:
     """The training set: ``data.train``, cut to ``data.keep_ids`` when given, without problems
     whose prompt exceeds ``data.max_prompt_tokens``."""
-    problems = read_problems(config.data.train)
+    problems = read_problems(benchmark_path(config.data.train))
     if config.data.keep_ids:
         if not Path(config.data.keep_ids).is_file():
             raise DataError(f"data.keep_ids: {config.data.keep_ids}: no such file")

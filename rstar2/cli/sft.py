@@ -1,0 +1,51 @@
+"""`rstar2 sft RECIPE.yaml`: supervised fine-tuning on tool-use conversations, with dotted
+overrides and resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rstar2.cli.app import app, fail
+from rstar2.cli.options import RecipeDevice, announce_device
+
+
+@app.command()
+def sft(
+    recipe: Path = typer.Argument(..., exists=True, dir_okay=False, help="YAML SFT recipe, e.g. "
+                                  "recipes/qwen3-1.7b-sft.yaml."),
+    overrides: list[str] = typer.Option(None, "--set", help="Dotted override KEY=VALUE, repeatable, "
+                                        "e.g. --set train.epochs=2 --set data.train=traces.jsonl."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run from its latest checkpoint "
+                                "(same weights, optimizer, schedule and batch order)."),
+    name: str = typer.Option(None, "--name", help="Run name (the folder under runs_dir); "
+                             "overrides the recipe's `name`."),
+    device: RecipeDevice = None,
+) -> None:
+    """Fine-tune a model on multi-turn tool-use conversations (chat-format JSONL, docs/sft.md):
+    the loss is on the assistant's tokens only; prompts, tool outputs and template separators
+    are context.
+
+    Everything goes to runs/<name>/: config.yaml, metrics.jsonl, checkpoints/ and, at the end,
+    final/ (a model directory with its rstar2.json card, for `rstar2 train`, `chat` and `eval`).
+    """
+    from rstar2.data import DataError
+    from rstar2.engines.loading import ModelNotFound
+    from rstar2.rl.config import ConfigError
+    from rstar2.rl.launch import RunExists
+    from rstar2.sft.config import load_sft_config
+    from rstar2.sft.run import run_sft
+
+    settings = (list(overrides or []) + ([f"name={name}"] if name else [])
+                + ([f"model.device={device}"] if device else []))
+    try:
+        config = load_sft_config(recipe, settings)
+    except ConfigError as error:
+        fail(error)
+    announce_device(config.model.device)
+    try:
+        final = run_sft(config, resume=resume)
+    except (RunExists, DataError, ModelNotFound) as error:
+        fail(error)
+    typer.echo(f"done: metrics in {config.run_dir / 'metrics.jsonl'}, trained model in {final}")
