@@ -114,3 +114,30 @@ def difficulty_filter(
     write_jsonl(out, (dict(p.row, id=p.id) for p in split.kept))
     typer.echo(f"kept {len(split.kept)} problems not solved {split.k}/{split.k}, "
                f"dropped {len(split.dropped)} always solved -> {out}")
+
+
+@data_app.command("sft-traces")
+def sft_traces(
+    source: str = typer.Argument("gsm8k_train", help="GSM8K-style rows with calculator-annotated "
+                                 "solutions: a packaged data set's name or a JSONL file."),
+    out: Path = typer.Option(..., "--out", "-o", help="Where to write the conversations (chat JSONL)."),
+    limit: int = typer.Option(None, "--limit", min=1, help="Only the first N rows."),
+    broken_share: float = typer.Option(0.1, "--broken-share", min=0.0, max=1.0, help="Share of traces "
+                                       "whose first program fails in the sandbox and is fixed."),
+    seed: int = typer.Option(0, "--seed", help="Seeds which traces fail first."),
+    sandbox_workers: int = typer.Option(2, "--sandbox-workers", min=1, help="Workers of the private sandbox."),
+) -> None:
+    """Make cold-start SFT data for `rstar2 sft`: one tool-use conversation per problem, its
+    program computing the solution's annotated steps, run in the real sandbox, ending in the
+    gold answer (problems whose annotations cannot become a program are dropped and counted).
+
+    Decontaminate the source against your benchmarks first (`rstar2 data decontaminate`).
+    """
+    from rstar2.data import DataError
+    from rstar2.sft.gsm8k import write_gsm8k_conversations
+
+    try:
+        built = write_gsm8k_conversations(source, out, limit, broken_share, seed, sandbox_workers)
+    except DataError as error:
+        fail(error)
+    typer.echo(f"kept {len(built.traces)} conversations, dropped {dict(built.dropped) or 'none'} -> {out}")

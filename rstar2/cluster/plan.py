@@ -1,7 +1,12 @@
-"""What a ``cluster:`` section will do before anything starts: placement, memory, throughput.
+"""What a run will do before anything starts: placement, memory, throughput.
 
     plan = plan_run(config)        # PlacementError (one line) when it cannot fit
     print(render(plan))
+
+A recipe without a ``cluster:`` section trains in one process: its plan (``LocalPlan``) is the
+memory of the policy and of its rollout engine on ``model.device``, checked against one GPU of
+``ClusterConfig.gpu_memory_gib`` (80 GiB) when that device is a GPU; the rest of this docstring
+is about the cluster.
 
 Placement: learner ranks first (one GPU each, filling nodes in order), then engine members
 (``gpus_per_member`` GPUs on one node each), with every node's sandbox services and the CPU
@@ -64,6 +69,26 @@ class Plan:
     gpus: bool
 
 
+@dataclass(frozen=True)
+class LocalPlan:
+    """One process: the policy and its rollout engine on one device."""
+
+    device: str
+    learner_bytes: dict[str, float]
+    """Weights, gradients, optimizer, activations, logits (bytes)."""
+    engine_bytes: dict[str, float]
+    """The engine's own weights (none when it samples from the policy) and KV cache (bytes)."""
+    kv_tokens: int
+    in_flight: int
+    rollouts_per_step: int
+    rollout_tokens: int
+    gpu_memory_gib: float
+
+    @property
+    def gpu(self) -> bool:
+        return self.device != "cpu"
+
+
 class UnsupportedPlacement(RuntimeError):
     """A cluster run this launcher cannot build (said before anything is written)."""
 
@@ -106,16 +131,15 @@ def weight_sync_method(config: RunConfig) -> str:
     return chosen
 
 
-def plan_run(config: RunConfig) -> Plan:
-    """The plan of ``config`` (which must have a ``cluster`` section); ``PlacementError`` when
-    the placement or the memory cannot fit."""
+def plan_run(config: RunConfig) -> Plan | LocalPlan:
+    """The plan of ``config``; ``PlacementError`` when the placement or the memory cannot fit."""
     cluster = config.cluster
     if cluster is None:
-        raise PlacementError("the recipe has no cluster: section, so it trains in this process")
+        return local_plan(config)
     check_learner_options(config)
     arch = architecture(cluster.architecture, config.model.path)
     nodes = place(cluster)
-    learner = learner_memory(config, arch)
+    learner = learner_memory(config, arch, cluster.learner.ranks)
     engine = engine_memory(config, arch)
     rollout_tokens = config.data.max_prompt_tokens + config.rollout.max_response_tokens
     members_gpus = max(cluster.engines.gpus_per_member, 1)
@@ -171,9 +195,9 @@ def first_fit(nodes: list[NodePlan], gpus: int, cpus: int, cluster: ClusterConfi
                          f"{cluster.gpus_per_node}")
 
 
-def learner_memory(config: RunConfig, arch: Architecture) -> dict[str, float]:
-    """Bytes per learner rank (see the module docstring)."""
-    ranks = config.cluster.learner.ranks
+def learner_memory(config: RunConfig, arch: Architecture, ranks: int) -> dict[str, float]:
+    """Bytes per learner rank (see the module docstring); one process (``ranks`` 1 and no
+    cluster) holds its weights whole, so it has no FSDP working set."""
     stored = DTYPE_BYTES[config.model.dtype]
     compute = min(stored, DTYPE_BYTES[config.model.compute_dtype])
     tokens = config.rl.micro_batch_tokens
@@ -183,11 +207,12 @@ def learner_memory(config: RunConfig, arch: Architecture) -> dict[str, float]:
         activations = arch.layers * tokens * arch.hidden * compute + layer_internals
     else:
         activations = arch.layers * layer_internals
+    sharded = {"working set": (arch.embedding_parameters + 2 * 2 * arch.layer_parameters) * compute}
     return {
         "weights": arch.parameters * stored / ranks,
         "gradients": arch.parameters * stored / ranks,
         "optimizer": 2 * arch.parameters * stored / ranks,
-        "working set": (arch.embedding_parameters + 2 * 2 * arch.layer_parameters) * compute,
+        **(sharded if config.cluster is not None else {}),
         "activations": activations,
         "logits": tokens * arch.vocab * (compute + 3 * 4),
     }
@@ -200,6 +225,46 @@ def engine_memory(config: RunConfig, arch: Architecture) -> dict[str, float]:
     budget = config.cluster.gpu_memory_gib * GIB * engines.gpu_memory_utilization
     reserve = engines.reserve_gib * GIB
     return {"weights": weights, "reserve": reserve, "kv_cache": max(budget - weights - reserve, 0.0)}
+
+
+def local_plan(config: RunConfig) -> LocalPlan:
+    """The plan of a run without a ``cluster:`` section (module docstring); ``PlacementError``
+    when a GPU cannot hold the policy, its optimizer and the engine's KV cache together."""
+    arch = architecture(None, config.model.path)
+    rollout = config.rollout
+    rollout_tokens = config.data.max_prompt_tokens + rollout.max_response_tokens
+    engine_dtype = rollout.engine_dtype or config.model.dtype
+    kv_per_token = arch.kv_bytes_per_token(DTYPE_BYTES[engine_dtype])
+    copy_bytes = arch.parameters * DTYPE_BYTES[engine_dtype]
+    if rollout.members:  # the members in this process, each with its copy and KV budget
+        local = [m for m in rollout.members if m.kind == "hf" and not m.ray]
+        budgets = [m.kv_budget_tokens or m.max_batch_size * rollout_tokens for m in local]
+        weights = copy_bytes * len(local)
+        in_flight = sum(min(m.max_batch_size, b // rollout_tokens) for m, b in zip(local, budgets))
+    else:  # one engine that admits the whole batch at once
+        in_flight = config.rl.prompts_per_step * config.rl.rollouts_per_prompt
+        budgets = [in_flight * rollout_tokens]
+        weights = copy_bytes if rollout.engine_dtype is not None else 0.0
+    plan = LocalPlan(
+        device=str(resolve_plan_device(config.model.device)),
+        learner_bytes=learner_memory(config, arch, ranks=1),
+        engine_bytes={"weights": weights, "kv_cache": sum(budgets) * kv_per_token},
+        kv_tokens=sum(budgets), in_flight=in_flight,
+        rollouts_per_step=config.rl.prompts_per_step * config.rl.rollouts_per_prompt,
+        rollout_tokens=rollout_tokens,
+        gpu_memory_gib=ClusterConfig.model_fields["gpu_memory_gib"].default)
+    total = (sum(plan.learner_bytes.values()) + sum(plan.engine_bytes.values())) / GIB
+    if plan.gpu and total > plan.gpu_memory_gib:
+        raise PlacementError(
+            f"does not fit one {plan.gpu_memory_gib:g} GiB GPU: the policy and its engine need "
+            f"{total:.1f} GiB; bound the engine's KV cache (rollout.members with kv_budget_tokens), "
+            "lower rl.micro_batch_tokens or set model.gradient_checkpointing")
+    return plan
+
+
+def resolve_plan_device(setting: str) -> str:
+    """'auto' plans for the GPU a recipe is written for (``--plan`` runs on machines without one)."""
+    return "cuda" if setting == "auto" else setting
 
 
 def check_memory(plan: Plan, cluster: ClusterConfig) -> None:
@@ -219,8 +284,10 @@ def check_memory(plan: Plan, cluster: ClusterConfig) -> None:
             "cluster.engines.gpus_per_member or gpu_memory_utilization")
 
 
-def render(plan: Plan) -> str:
+def render(plan: Plan | LocalPlan) -> str:
     """The plan as the lines ``rstar2 train --plan`` prints."""
+    if isinstance(plan, LocalPlan):
+        return render_local(plan)
     unit = "GPU" if plan.gpus else "rank (host memory)"
     lines = ["placement:"]
     for node in plan.nodes:
@@ -242,6 +309,23 @@ def render(plan: Plan) -> str:
                      f"{plan.in_flight_per_member}) of {plan.rollouts_per_step} per step, "
                      f"at least {math.ceil(plan.rollouts_per_step / max(in_flight, 1))} waves")
     lines.append(f"weight sync: {plan.weight_sync}")
+    return "\n".join(lines)
+
+
+def render_local(plan: LocalPlan) -> str:
+    learner, engine = sum(plan.learner_bytes.values()), sum(plan.engine_bytes.values())
+    where = f"one GPU ({plan.device})" if plan.gpu else "the CPU (host memory)"
+    lines = [f"placement: one process on {where}, the policy and its rollout engine together",
+             f"learner memory: {gib(learner)} GiB (" + ", ".join(
+                 f"{k} {gib(v)}" for k, v in plan.learner_bytes.items()) + ")",
+             f"engine memory: {gib(engine)} GiB (" + ", ".join(
+                 f"{k} {gib(v)}" for k, v in plan.engine_bytes.items()) + ")",
+             f"KV capacity: {plan.kv_tokens} tokens = {plan.kv_tokens // plan.rollout_tokens} rollouts "
+             f"of {plan.rollout_tokens} tokens",
+             f"rollouts in flight: {plan.in_flight} of {plan.rollouts_per_step} per step, at least "
+             f"{math.ceil(plan.rollouts_per_step / max(plan.in_flight, 1))} waves"]
+    if plan.gpu:
+        lines.append(f"total: {gib(learner + engine)} GiB of a {plan.gpu_memory_gib:g} GiB GPU")
     return "\n".join(lines)
 
 

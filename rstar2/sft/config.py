@@ -91,7 +91,8 @@ class SFTConfig(Section):
     train: SFTTraining = SFTTraining()
     """Epochs, batch, learning rate, micro-batches, compute dtype, order seed."""
     checkpoint: CheckpointConfig = CheckpointConfig(every_steps=50)
-    """Checkpoints every this many optimizer steps (and at the last); ``--resume`` continues."""
+    """Checkpoints every this many optimizer steps and at the last (``--resume`` continues; an RL
+    recipe's ``rl.init.checkpoint`` can start from the last)."""
     logging: LoggingConfig = LoggingConfig()
     """Metrics (``metrics.jsonl``; TensorBoard, Weights & Biases when asked for)."""
 

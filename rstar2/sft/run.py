@@ -12,7 +12,8 @@ Contract, in order:
    ``metrics.jsonl`` (``sft/loss``, ``sft/lr``, ``sft/tokens``, ``time/step``) and prints a
    progress line, as ``rstar2 train`` does;
 4. a checkpoint (weights, AdamW, schedule, RNGs; ``rstar2.rl.checkpoint``, atomic, written in
-   the background) every ``checkpoint.every_steps`` steps; ``resume`` restores
+   the background) every ``checkpoint.every_steps`` steps and at the last (an RL recipe can
+   start from it: ``rl.init.checkpoint``, weights only with ``reset_optimizer``); ``resume`` restores
    the latest and continues with the very batches the interrupted run would have taken
    (``sft_batches`` depends on the seed alone);
 5. the model is saved as a plain directory ``<run>/final`` with its card (``rstar2.json``:
@@ -75,7 +76,7 @@ def run_sft(config: SFTConfig, resume: bool = False, console: Console | None = N
         log.step(step, {"sft/loss": loss, "sft/lr": scheduler.get_last_lr()[0], "sft/tokens": tokens,
                         "time/step": now - clock[0]})
         clock[0] = now
-        if step % config.checkpoint.every_steps == 0:
+        if step % config.checkpoint.every_steps == 0 or step == total:
             writer.submit(step, model, optimizer, scheduler, {"step": step})
 
     try:
