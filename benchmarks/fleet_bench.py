@@ -3,7 +3,7 @@
 Run (heavy, minutes; take the shared lock so no other heavy job skews the figures)::
 
     flock /work/bench.lock .venv/bin/python benchmarks/fleet_bench.py
-    flock /work/bench.lock .venv/bin/python benchmarks/fleet_bench.py --model runs/cpu-demo/sft \
+    flock /work/bench.lock .venv/bin/python benchmarks/fleet_bench.py --model runs/cpu-demo/sft/final \
         --policies static,kv_aware --kv-budget-tokens 4096
 
 For each policy, the same step -- ``recipes/cpu-demo.yaml`` with ``rollout.members`` set to two
@@ -71,7 +71,7 @@ def measure(policy: str, args, data: Path, tmp: str, url: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="default", help="starting weights (e.g. runs/cpu-demo/sft)")
+    parser.add_argument("--model", default="default", help="starting weights (e.g. runs/cpu-demo/sft/final)")
     parser.add_argument("--policies", default="static,kv_aware")
     parser.add_argument("--kv-budget-tokens", type=int, default=4096,
                         help="each member's KV capacity (the demo's 48 rollouts need ~370 each)")

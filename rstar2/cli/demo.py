@@ -7,11 +7,11 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 
+from rstar2 import RECIPES
 from rstar2.cli.app import app, fail
 from rstar2.cli.options import RecipeDevice, announce_device
 from rstar2.cli.train import refuse_missing_logger
 
-RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 NAMED_RECIPES = {"cpu-demo": RECIPES / "cpu-demo.yaml", "gsm8k": RECIPES / "gsm8k-cpu.yaml"}
 
 
@@ -24,7 +24,7 @@ def demo(
     overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help="Dotted override of the recipe, "
                                         "e.g. --set rl.roc.mode=off --set rl.steps=20."),
     sft_model: str = typer.Option(None, "--sft-model", metavar="DIR", help="Skip the SFT and start RL from this model "
-                                  "directory (an earlier demo's runs/<name>/sft), e.g. to compare RL settings."),
+                                  "directory (an earlier demo's runs/<name>/sft/final), e.g. to compare RL settings."),
     device: RecipeDevice = None,
 ) -> None:
     """Teach SmolLM2-135M-Instruct to solve problems with the Python tool on a CPU:

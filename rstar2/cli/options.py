@@ -53,7 +53,7 @@ Engine = Annotated[str, typer.Option(
 BaseUrl = Annotated[Optional[str], typer.Option(
     "--base-url", metavar="URL", help="Server URL for --engine openai, e.g. http://localhost:8000/v1.")]
 Tokenizer = Annotated[Optional[str], typer.Option(
-    "--tokenizer", metavar="MODEL", help="Model directory or hub id whose tokenizer to use instead "
+    "--tokenizer", metavar="DIR", help="Model directory or hub id whose tokenizer to use instead "
                         "of --model's (needed when --model is a served name).")]
 Dtype = Annotated[str, typer.Option(
     "--dtype", **one_of(DTYPES, "dtype"), help="Weights dtype of an in-process model.")]

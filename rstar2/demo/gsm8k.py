@@ -34,6 +34,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 
+from rstar2 import RECIPES
 from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.data import DataError, Overlap, Problem, find_overlaps, load_benchmark, read_problems, write_jsonl
 from rstar2.data.benchmarks import benchmark_path
@@ -46,7 +47,7 @@ from rstar2.sft.gsm8k import gsm8k_traces
 from rstar2.sft.train import SFTSettings
 from rstar2.demo.pipeline import run_pipeline, train_and_evaluate
 
-RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "gsm8k-cpu.yaml"
+RECIPE = RECIPES / "gsm8k-cpu.yaml"
 SECTION = "gsm8k"
 
 
@@ -69,7 +70,7 @@ class GSM8KSettings(BaseModel):
         epochs=1, batch_size=8, lr=1e-4, warmup_steps=5, compute_dtype="bfloat16"),
         description="The cold-start SFT.")
     sft_model: str | None = Field(None, description="Skip the base evaluation and the SFT: start "
-                                  "RL from this model directory (an earlier run's sft/), e.g. "
+                                  "RL from this model directory (an earlier run's sft/final), e.g. "
                                   "to compare RoC on and off from one start.")
     eval_problems: int = Field(500, ge=0, description="Fixed random subset of the test set "
                                "evaluated (0: all of it).")

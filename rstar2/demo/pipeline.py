@@ -32,6 +32,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 from rich.console import Console
 
+from rstar2 import RECIPES
 from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.agent.rollout import Agent, RolloutConfig
 from rstar2.data.benchmarks import load_benchmark
@@ -52,7 +53,7 @@ from rstar2.sft.dataset import sft_traces, split_tasks, write_problems, write_tr
 from rstar2.sft.run import run_sft
 from rstar2.sft.train import SFTSettings
 
-DEFAULT_RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "cpu-demo.yaml"
+DEFAULT_RECIPE = RECIPES / "cpu-demo.yaml"
 
 
 class DemoSettings(BaseModel):
@@ -69,7 +70,7 @@ class DemoSettings(BaseModel):
     sft: SFTSettings = Field(default_factory=lambda: SFTSettings(
         epochs=1, batch_size=8, lr=1e-4, warmup_steps=3, compute_dtype="bfloat16"))
     sft_model: str | None = Field(None, description="Skip the SFT: start RL from this model directory "
-                                  "(an earlier demo's sft/), e.g. to compare RL settings from one start.")
+                                  "(an earlier demo's sft/final), e.g. to compare RL settings from one start.")
     eval_max_tokens: int = Field(320, ge=16, description="Token budget of a held-out answer.")
     eval_max_turns: int = Field(3, ge=1, description="Assistant turns of a held-out answer.")
 

@@ -1,6 +1,6 @@
 """VLLMEngine: in-process vLLM (``AsyncLLMEngine``, vLLM's ``AsyncLLM``) for GPU nodes.
 
-Needs the optional extra (``pip install 'rstar2[gpu]'``); importing this module without vLLM
+Needs the optional extra (``pip install -e '.[gpu]'``); importing this module without vLLM
 works, constructing the engine says what to install. Prompts go in as token ids
 (``TokensPrompt``) and each request asks for the sampled token's log-prob; the engine is
 created with ``logprobs_mode="processed_logprobs"`` so that log-probs are those of the
@@ -41,8 +41,8 @@ def import_vllm():
     try:
         import vllm
     except ImportError as exc:
-        raise ImportError("vLLM engines need vLLM on the GPU nodes: pip install 'rstar2[gpu]'"
-                          ) from exc
+        raise ImportError("vLLM engines need vLLM on the GPU nodes: pip install -e '.[gpu]' "
+                          "in the rstar2 clone") from exc
     return vllm
 
 

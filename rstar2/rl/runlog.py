@@ -124,7 +124,7 @@ def missing_logger(config: LoggingConfig) -> str | None:
 
 def logger_package_error(field: str) -> str:
     package, extra = LOGGER_PACKAGES[field]
-    return f"logging.{field} needs the {package} package: pip install 'rstar2[{extra}]'"
+    return f"logging.{field} needs the {package} package: pip install -e '.[{extra}]' in the rstar2 clone"
 
 
 def open_tensorboard(run_dir: Path):
