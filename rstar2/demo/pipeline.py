@@ -38,7 +38,7 @@ from rstar2.agent.rollout import Agent, RolloutConfig
 from rstar2.data.benchmarks import load_benchmark
 from rstar2.data.problems import read_problems
 from rstar2.demo.plot import plot_curves
-from rstar2.engines.loading import load_tokenizer
+from rstar2.engines.loading import load_tokenizer, loadable_model_dir
 from rstar2.eval.launch import agent_solver
 from rstar2.eval.runner import SAMPLES_JSONL, EvalSettings, run_eval
 from rstar2.eval.samples import SampleOutcome, read_outcomes
@@ -104,6 +104,7 @@ def run_pipeline(config: RunConfig, run_phases: Callable[[str, Grader, Console],
     run_dir = config.run_dir
     if (run_dir / "summary.json").exists() or (run_dir / "checkpoints").exists():
         raise FileExistsError(f"{run_dir} holds an earlier demo; pass --name to start another")
+    loadable_model_dir(config.model.path)  # a missing or unsupported model: before the sandbox starts
     with contextlib.ExitStack() as stack:
         url = stack.enter_context(local_sandbox(workers=config.rollout.sandbox_workers,
                                                 timeout_s=config.rollout.tool_timeout_s))
