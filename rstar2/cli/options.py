@@ -68,9 +68,23 @@ SandboxUrls = Annotated[Optional[list[str]], typer.Option(
                           "private one.")]
 Device = Annotated[str, typer.Option(
     "--device", metavar="DEVICE", help="Where an in-process model runs: " + DEVICE_HELP)]
+Overrides = Annotated[Optional[list[str]], typer.Option(
+    "--set", metavar="KEY=VALUE", help="Dotted override of the recipe, repeatable, e.g. --set "
+    "rl.optimizer.lr=2e-6 --set rl.roc.mode=off (train) or --set train.epochs=2 (sft).")]
+Resume = Annotated[bool, typer.Option(
+    "--resume", help="Continue the run from its latest checkpoint (weights, optimizer, schedule, "
+    "data position and RNG state).")]
+RunName = Annotated[Optional[str], typer.Option(
+    "--name", metavar="NAME", help="Run name (the folder under runs_dir); overrides the recipe's `name`.")]
 RecipeDevice = Annotated[Optional[str], typer.Option(
     "--device", metavar="DEVICE", help="Where the policy trains and the engine samples (sets "
     "model.device; default: the recipe's, auto unless set): " + DEVICE_HELP)]
+
+
+def recipe_overrides(overrides: list[str] | None, name: str | None, device: str | None) -> list[str]:
+    """The ``--set`` overrides with ``--name`` and ``--device`` as the fields they set."""
+    return [*(overrides or []), *([f"name={name}"] if name else []),
+            *([f"model.device={device}"] if device else [])]
 
 
 def announce_device(setting: str) -> None:

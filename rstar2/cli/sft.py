@@ -8,19 +8,17 @@ from pathlib import Path
 import typer
 
 from rstar2.cli.app import app, fail
-from rstar2.cli.options import RecipeDevice, announce_device
+from rstar2.cli.options import (Overrides, RecipeDevice, Resume, RunName, announce_device,
+                                 recipe_overrides)
 
 
 @app.command()
 def sft(
-    recipe: Path = typer.Argument(..., exists=True, dir_okay=False, help="YAML SFT recipe, e.g. "
+    recipe: Path = typer.Argument(..., exists=True, dir_okay=False, metavar="RECIPE", help="YAML SFT recipe, e.g. "
                                   "recipes/qwen3-1.7b-sft.yaml."),
-    overrides: list[str] = typer.Option(None, "--set", help="Dotted override KEY=VALUE, repeatable, "
-                                        "e.g. --set train.epochs=2 --set data.train=traces.jsonl."),
-    resume: bool = typer.Option(False, "--resume", help="Continue the run from its latest checkpoint "
-                                "(same weights, optimizer, schedule and batch order)."),
-    name: str = typer.Option(None, "--name", help="Run name (the folder under runs_dir); "
-                             "overrides the recipe's `name`."),
+    overrides: Overrides = None,
+    resume: Resume = False,
+    name: RunName = None,
     device: RecipeDevice = None,
 ) -> None:
     """Fine-tune a model on multi-turn tool-use conversations (chat-format JSONL, docs/sft.md):
@@ -37,10 +35,8 @@ def sft(
     from rstar2.sft.config import load_sft_config
     from rstar2.sft.run import run_sft
 
-    settings = (list(overrides or []) + ([f"name={name}"] if name else [])
-                + ([f"model.device={device}"] if device else []))
     try:
-        config = load_sft_config(recipe, settings)
+        config = load_sft_config(recipe, recipe_overrides(overrides, name, device))
     except ConfigError as error:
         fail(error)
     announce_device(config.model.device)

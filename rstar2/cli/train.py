@@ -7,19 +7,17 @@ from pathlib import Path
 import typer
 
 from rstar2.cli.app import app, fail
-from rstar2.cli.options import RecipeDevice, announce_device
+from rstar2.cli.options import (Overrides, RecipeDevice, Resume, RunName, announce_device,
+                                 recipe_overrides)
 
 
 @app.command()
 def train(
     recipe: Path = typer.Argument(..., exists=True, dir_okay=False, metavar="RECIPE", help="YAML recipe, e.g. "
                                   "recipes/cpu-demo.yaml or recipes/qwen3-14b-stage1.yaml."),
-    overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help="Dotted override KEY=VALUE, repeatable, "
-                                        "e.g. --set rl.optimizer.lr=2e-6 --set rl.roc.mode=off."),
-    resume: bool = typer.Option(False, "--resume", help="Continue the run from its latest checkpoint "
-                                "(same weights, optimizer, data position and RNG state)."),
-    name: str = typer.Option(None, "--name", metavar="NAME", help="Run name (the folder under runs_dir); "
-                             "overrides the recipe's `name`."),
+    overrides: Overrides = None,
+    resume: Resume = False,
+    name: RunName = None,
     plan: bool = typer.Option(False, "--plan", help="Print the cluster: section's placement, the "
                               "per-GPU memory estimate and the rollouts in flight, then exit "
                               "without starting anything (no GPU, model or Ray needed)."),
@@ -39,10 +37,8 @@ def train(
     from rstar2.rl.launch import RunExists
     from rstar2.rl.launch import train as run_training
 
-    settings = (list(overrides or []) + ([f"name={name}"] if name else [])
-                + ([f"model.device={device}"] if device else []))
     try:
-        config = load_config(recipe, settings)
+        config = load_config(recipe, recipe_overrides(overrides, name, device))
     except ConfigError as error:
         fail(error)
     if plan:
