@@ -131,6 +131,6 @@ def test_eval_runs_on_the_model(family, sandbox_url, tmp_path):
     document = asyncio.run(evaluate(settings, tmp_path / "eval", sandbox_urls=[sandbox_url],
                                     show_progress=False))
     entry = document["benchmarks"]["tiny"]
-    assert 0.0 <= entry["avg"] <= 1.0 and len(document["problems"]) == 3
+    assert 0.0 <= entry["avg"] <= 1.0 and len(document["problems"]["tiny"]) == 3
     samples = (tmp_path / "eval" / "samples.jsonl").read_text().splitlines()
     assert len(samples) == 6, name
