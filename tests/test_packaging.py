@@ -66,3 +66,10 @@ def test_the_wheel_installs_with_no_deps_and_finds_its_data(wheel, tmp_path):
 
 def test_the_clone_reads_its_own_recipes():
     assert rstar2.RECIPES.resolve() == (REPO / "recipes").resolve()
+
+
+def test_nothing_shipped_refers_to_the_projects_shared_data():
+    """What a clone runs reads its data from the package, never from a folder beside the clone."""
+    shipped = [p for tree in (REPO / "rstar2", REPO / "recipes") for p in tree.rglob("*")
+               if p.is_file() and p.suffix in {".py", ".yaml", ".md"}]
+    assert [str(p.relative_to(REPO)) for p in shipped if "../shared" in p.read_text()] == []

@@ -15,7 +15,8 @@ Contract, in order:
    the background) every ``checkpoint.every_steps`` steps and at the last (an RL recipe can
    start from it: ``rl.init.checkpoint``, weights only with ``reset_optimizer``); ``resume`` restores
    the latest and continues with the very batches the interrupted run would have taken
-   (``sft_batches`` depends on the seed alone);
+   (``sft_batches`` depends on the seed and the number of conversations alone; a data file that
+   changed in between is refused);
 5. the model is saved as a plain directory ``<run>/final`` with its card (``rstar2.json``:
    the prompt and rollout limits of ``agent``), which chat, eval and ``rstar2 train`` read.
 
@@ -62,7 +63,12 @@ def run_sft(config: SFTConfig, resume: bool = False, console: Console | None = N
     checkpoints = config.run_dir / "checkpoints"
     start = 0
     if resume and latest_checkpoint(checkpoints) is not None:
-        start = load_checkpoint(latest_checkpoint(checkpoints), model, optimizer, scheduler).step
+        state = load_checkpoint(latest_checkpoint(checkpoints), model, optimizer, scheduler)
+        if state.data_position.get("conversations") != len(sequences):
+            raise DataError(f"{config.run_dir} was trained on {state.data_position.get('conversations')} "
+                            f"conversations and {config.data.train} now gives {len(sequences)}: resume "
+                            "with the data it started with")
+        start = state.step
         console.print(f"resuming {config.run_dir} after step {start}")
     batches = sft_batches(len(sequences), config.train)
     log = RunLog(config.run_dir, config.logging, len(batches), resume_step=start, console=console,
@@ -77,7 +83,7 @@ def run_sft(config: SFTConfig, resume: bool = False, console: Console | None = N
                         "time/step": now - clock[0]})
         clock[0] = now
         if step % config.checkpoint.every_steps == 0 or step == total:
-            writer.submit(step, model, optimizer, scheduler, {"step": step})
+            writer.submit(step, model, optimizer, scheduler, {"step": step, "conversations": len(sequences)})
 
     try:
         sft_train(model, sequences, config.train, tokenizer.pad_token_id, on_step,

@@ -71,7 +71,7 @@ def test_a_run_logs_like_train_and_ends_in_a_model_with_its_card(recipe):
         run_sft(config)
 
 
-def test_a_resumed_run_ends_on_the_weights_of_an_uninterrupted_one(recipe, monkeypatch):
+def test_a_resumed_run_ends_on_the_weights_of_an_uninterrupted_one(recipe, traces_file, tmp_path, monkeypatch):
     whole = load_sft_config(recipe, ["name=whole"])
     expected = load_model(run_sft(whole)).state_dict()
     broken = load_sft_config(recipe, ["name=broken"])
@@ -87,6 +87,10 @@ def test_a_resumed_run_ends_on_the_weights_of_an_uninterrupted_one(recipe, monke
     with pytest.raises(KeyboardInterrupt):
         run_sft(broken)
     monkeypatch.setattr(sft_train_module, "sft_step", real_step)
+    fewer = tmp_path / "fewer.jsonl"
+    fewer.write_text("".join(traces_file.read_text().splitlines(keepends=True)[:6]))
+    with pytest.raises(DataError, match="was trained on 8 conversations .* now gives 6"):
+        run_sft(load_sft_config(recipe, ["name=broken", f"data.train={fewer}"]), resume=True)
     final = run_sft(broken, resume=True)
     resumed = load_model(final).state_dict()
     assert all(torch.equal(resumed[name], tensor) for name, tensor in expected.items())
