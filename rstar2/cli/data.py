@@ -118,14 +118,18 @@ def difficulty_filter(
 
 @data_app.command("sft-traces")
 def sft_traces(
-    source: str = typer.Argument("gsm8k_train", help="GSM8K-style rows with calculator-annotated "
-                                 "solutions: a packaged data set's name or a JSONL file."),
-    out: Path = typer.Option(..., "--out", "-o", help="Where to write the conversations (chat JSONL)."),
-    limit: int = typer.Option(None, "--limit", min=1, help="Only the first N rows."),
-    broken_share: float = typer.Option(0.1, "--broken-share", min=0.0, max=1.0, help="Share of traces "
-                                       "whose first program fails in the sandbox and is fixed."),
-    seed: int = typer.Option(0, "--seed", help="Seeds which traces fail first."),
-    sandbox_workers: int = typer.Option(2, "--sandbox-workers", min=1, help="Workers of the private sandbox."),
+    source: str = typer.Argument("gsm8k_train", metavar="SOURCE", help="GSM8K-style rows with "
+                                 "calculator-annotated solutions: a packaged data set's name or a "
+                                 "JSONL file."),
+    out: Path = typer.Option(..., "--out", "-o", metavar="FILE", help="Where to write the "
+                             "conversations (chat JSONL)."),
+    limit: int = typer.Option(None, "--limit", min=1, metavar="N", help="Only the first N rows."),
+    broken_share: float = typer.Option(0.1, "--broken-share", min=0.0, max=1.0, metavar="SHARE",
+                                       help="Share of traces whose first program fails in the "
+                                       "sandbox and is fixed."),
+    seed: int = typer.Option(0, "--seed", metavar="SEED", help="Seeds which traces fail first."),
+    sandbox_workers: int = typer.Option(2, "--sandbox-workers", min=1, metavar="N",
+                                        help="Workers of the private sandbox."),
 ) -> None:
     """Make cold-start SFT data for `rstar2 sft`: one tool-use conversation per problem, its
     program computing the solution's annotated steps, run in the real sandbox, ending in the

@@ -19,7 +19,7 @@ from pydantic import ConfigDict, Field
 
 from rstar2.agent.card import ModelCard, new_card
 from rstar2.agent.prompt import DEFAULT_TOOL_NAME, PromptConfig
-from rstar2.engines.device import DEVICE_PATTERN
+from rstar2.engines.device import DeviceSetting
 from rstar2.rl.config import (CheckpointConfig, LoggingConfig, LoraConfig, ModelConfig, read_recipe,
                               validate_tree)
 from rstar2.section import Section
@@ -31,7 +31,7 @@ class SFTModelConfig(Section):
     """The starting weights: 'default' (the embedded SmolLM2-135M-Instruct), a .gguf file, a
     local model directory or a Hugging Face hub id ('Qwen/Qwen3-1.7B-Base', '@REVISION' pins
     one), as everywhere."""
-    device: str = Field("auto", pattern=DEVICE_PATTERN)
+    device: DeviceSetting = "auto"
     """Where it trains: 'auto' (cuda when a GPU is available, else cpu), 'cpu', 'cuda', 'cuda:N'."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """Dtype of the trained weights and of AdamW's updates (the compute dtype is
