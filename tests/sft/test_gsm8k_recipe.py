@@ -8,8 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rstar2.cli import app
-from rstar2.data import find_overlaps, load_benchmark, read_problems
-from rstar2.data.benchmarks import benchmark_path
+from rstar2.data import find_overlaps, load_benchmark
 from rstar2.demo.gsm8k import RECIPE, gsm8k_splits, load_recipe, run_gsm8k
 from rstar2.rl.config import ConfigError
 
@@ -24,12 +23,6 @@ def test_recipe_has_a_pipeline_section_and_an_rl_run(tmp_path):
         load_recipe(RECIPE, ["gsm8k.sft_problem=3"])
     with pytest.raises(ConfigError, match=r"rl\.group_size"):
         load_recipe(RECIPE, ["rl.group_size=1"])
-
-
-def test_the_packaged_train_split_is_the_source(shared_data):
-    packaged = benchmark_path("gsm8k_train")
-    assert packaged.read_bytes() == (shared_data / "gsm8k_train" / "gsm8k_train.jsonl").read_bytes()
-    assert load_recipe(RECIPE)[0].train == "gsm8k_train" and len(read_problems(packaged)) == 7473
 
 
 def test_splits_are_disjoint_decontaminated_and_reproducible():
