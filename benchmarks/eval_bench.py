@@ -4,7 +4,7 @@ Run (heavy: a few minutes on 2 cores; take the shared lock so other heavy jobs d
 
     flock /tmp/rstar2-heavy.lock .venv/bin/python benchmarks/eval_bench.py
     flock /tmp/rstar2-heavy.lock .venv/bin/python benchmarks/eval_bench.py --problems 32 -n 4 --max-tokens 1024
-    flock /tmp/rstar2-heavy.lock .venv/bin/python benchmarks/eval_bench.py --model runs/cpu-demo/sft --prompt short
+    flock /tmp/rstar2-heavy.lock .venv/bin/python benchmarks/eval_bench.py --model runs/cpu-demo/sft/final --prompt short
 
 Part 1, samples/s: ``run_eval`` exactly as ``rstar2 eval`` runs it -- the embedded model
 (SmolLM2-135M-Instruct, HFEngine), the paper's prompt with the Python tool, a local sandbox,
@@ -129,7 +129,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="default",
                         help="'default' (SmolLM2-135M-Instruct) or a local model directory, e.g. the demo's "
-                             "runs/cpu-demo/sft, which calls the tool in every answer.")
+                             "runs/cpu-demo/sft/final, which calls the tool in every answer.")
     parser.add_argument("--prompt", choices=["rstar2", "short"], default="rstar2",
                         help="Prompt variant ('short' for models trained by `rstar2 demo`).")
     parser.add_argument("--problems", type=int, default=16, help="First GSM8K test problems to use.")

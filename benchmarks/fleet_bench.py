@@ -4,7 +4,7 @@ scheduler: the default (``adaptive``) against ``static``, runs alternated.
 Run (heavy, minutes; take the shared lock so no other heavy job skews the figures)::
 
     flock /tmp/rstar2-cpu.lock .venv/bin/python benchmarks/fleet_bench.py
-    flock /tmp/rstar2-cpu.lock .venv/bin/python benchmarks/fleet_bench.py --model runs/cpu-demo/sft \\
+    flock /tmp/rstar2-cpu.lock .venv/bin/python benchmarks/fleet_bench.py --model runs/cpu-demo/sft/final \\
         --runs 3 --delay-s 0.1 --policies adaptive,static
 
 The members are two HFEngines (bf16, one torch thread each, ``--kv-budget-tokens`` each),
@@ -127,7 +127,7 @@ def measure(policy: str, run: int, args, data: Path, tmp: str, sandbox: str, url
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="default", help="starting weights (e.g. runs/cpu-demo/sft)")
+    parser.add_argument("--model", default="default", help="starting weights (e.g. runs/cpu-demo/sft/final)")
     parser.add_argument("--policies", default="adaptive,static")
     parser.add_argument("--runs", type=int, default=3, help="runs of each policy, alternated")
     parser.add_argument("--delay-s", type=float, default=0.1,

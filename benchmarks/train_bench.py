@@ -4,7 +4,7 @@ Run (heavy, a few minutes; take the shared lock so no other heavy job skews the 
 
     flock /tmp/rstar2-heavy.lock .venv/bin/python benchmarks/train_bench.py
     flock /tmp/rstar2-heavy.lock .venv/bin/python benchmarks/train_bench.py \
-        --model runs/cpu-demo/sft --steps 3 --set rl.prompts_per_step=8
+        --model runs/cpu-demo/sft/final --steps 3 --set rl.prompts_per_step=8
 
 Trains ``--steps`` real steps of ``recipes/cpu-demo.yaml`` (real model, sandbox and verifier)
 on the demo's RL problems into a temporary run folder and prints, per step and on average:
@@ -32,7 +32,7 @@ PHASES = ("rollout", "tools", "reward", "update", "step")
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="default", help="starting weights (e.g. runs/cpu-demo/sft)")
+    parser.add_argument("--model", default="default", help="starting weights (e.g. runs/cpu-demo/sft/final)")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="recipe override")
     args = parser.parse_args()

@@ -6,4 +6,9 @@ Packages by pipeline stage: ``sandbox`` (isolated Python execution service), ``r
 ``cli`` is the thin ``rstar2`` command over them.
 """
 
+from pathlib import Path
+
 __version__ = "0.1.0"
+RECIPES = Path(__file__).resolve().parent / "recipes"
+"""The recipes shipped with rstar2: ``rstar2/recipes`` links the clone's ``recipes/``, and a
+wheel built from the clone carries copies, so ``rstar2 demo`` finds its recipe either way."""

@@ -4,7 +4,8 @@
     python scripts/config_reference.py --check    # exit 1 when docs/config.md is stale
 
 The page is `rstar2.section.reference` of the models a recipe is read into: the run config
-(`rstar2 train`, `rstar2 demo`) and the GSM8K pipeline's `gsm8k:` section. Nothing here names
+(`rstar2 train`, `rstar2 demo`), the GSM8K pipeline's `gsm8k:` section and the SFT run
+(`rstar2 sft`). Nothing here names
 a field, so a field added, moved, retyped or redocumented reaches the page when it is
 regenerated; tests/docs/test_config_page.py fails until it is.
 """
@@ -23,7 +24,7 @@ HEADER = f"""# Configuration reference
 
 Every field a recipe (`recipes/*.yaml`) can set, with the values it takes, its default and what
 it means; `--set dotted.path=VALUE` overrides any of them on the command line (`rstar2 train`,
-`rstar2 demo`). A recipe states only what differs from the defaults, which are the paper's
+`rstar2 demo`, `rstar2 sft`). A recipe states only what differs from the defaults, which are the paper's
 values. How the fields play together: [training](training.md), [trainer](trainer.md),
 [distributed](distributed.md), [fleet](fleet.md).
 
@@ -37,10 +38,13 @@ def render_page() -> str:
     from rstar2.demo.gsm8k import GSM8KSettings
     from rstar2.run.config import RunConfig
     from rstar2.section import reference
+    from rstar2.sft.config import SFTConfig
 
     run = reference(RunConfig, description="The run: its name, seed and where it writes.")
     gsm8k = reference(GSM8KSettings, "gsm8k.", GSM8KSettings.__doc__ or "")
-    return f"{HEADER}\n{run}\n# The GSM8K pipeline (`rstar2 demo --recipe gsm8k`)\n\n{gsm8k}".rstrip() + "\n"
+    sft = reference(SFTConfig, description="The SFT run: its name and where it writes ([sft](sft.md)).")
+    return (f"{HEADER}\n{run}\n# The GSM8K pipeline (`rstar2 demo --recipe gsm8k`)\n\n{gsm8k}\n"
+            f"# The SFT run (`rstar2 sft`)\n\n{sft}").rstrip() + "\n"
 
 
 def main() -> None:

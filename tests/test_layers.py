@@ -24,7 +24,7 @@ LAYERS = [
     {"agent", "data"},
     {"engines"},
     {"sandbox", "reward"},
-    {"section", "service", "__init__"},
+    {"section", "recipe", "service", "__init__"},
 ]
 RANK = {package: rank for rank, layer in enumerate(LAYERS) for package in layer}
 
@@ -45,7 +45,7 @@ def package_of_module(module: str) -> str | None:
 
 def imported_modules(path: Path, root: Path = ROOT) -> Iterator[str]:
     """Every module ``path`` imports, relative imports resolved, ``from rstar2 import x`` as
-    ``rstar2.x``."""
+    ``rstar2.x`` when x is a module (else as ``rstar2``, the package's ``__init__``)."""
     here = ["rstar2", *path.relative_to(root).with_suffix("").parts]
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
@@ -53,8 +53,10 @@ def imported_modules(path: Path, root: Path = ROOT) -> Iterator[str]:
         elif isinstance(node, ast.ImportFrom):
             base = here[: len(here) - node.level] if node.level else []
             module = ".".join(base + ([node.module] if node.module else []))
-            if module == "rstar2":
-                yield from (f"rstar2.{alias.name}" for alias in node.names)
+            if module == "rstar2":  # a submodule, or a name of rstar2/__init__.py
+                yield from (f"rstar2.{alias.name}" if (root / alias.name).exists()
+                            or (root / f"{alias.name}.py").exists() else "rstar2"
+                            for alias in node.names)
             else:
                 yield module
 

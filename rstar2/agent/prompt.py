@@ -12,6 +12,13 @@
 turn that carries tool responses back (a ``user`` turn of ``<tool_response>`` blocks followed by
 the next assistant header and ``<reason>``), derived from the same chat template so that
 ChatML models (Qwen, SmolLM2) and any other template get their own separators.
+
+Thinking is off: a template with a thinking switch (Qwen3's ``enable_thinking``) is rendered with
+it off, so every assistant turn starts after the template's empty ``<think>\n\n</think>\n\n``
+and reasons inside ``<reason>`` -- the report's non-reasoning format (§4.1). Such templates
+also render an earlier assistant turn differently once a user turn follows (they drop its
+reasoning block); only the text *after* an assistant message is taken from the template, and a
+conversation is never re-rendered, so each turn keeps the tokens it was sampled with.
 """
 
 from __future__ import annotations
@@ -138,7 +145,7 @@ class ChatFormat:
 
     def render(self, messages: list[dict], generation_prompt: bool) -> str:
         return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=generation_prompt)
+            messages, tokenize=False, add_generation_prompt=generation_prompt, enable_thinking=False)
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
@@ -150,12 +157,12 @@ class ChatFormat:
         closed = self.render(head + [{"role": "assistant", "content": self.SENTINEL}], False)
         extended = self.render(head + [{"role": "assistant", "content": self.SENTINEL},
                                        {"role": "user", "content": self.SENTINEL}], True)
-        if not extended.startswith(closed):
-            raise ValueError("the chat template re-renders earlier turns when a turn is added; "
-                             "incremental tool turns need a template that appends")
         end_of_turn = closed.split(self.SENTINEL, 1)[1]
-        before, after = extended[len(closed):].split(self.SENTINEL, 1)
-        return end_of_turn, before, after
+        pieces = extended.split(self.SENTINEL)
+        if len(pieces) != 3 or not pieces[1].startswith(end_of_turn):
+            raise ValueError("the chat template does not write an assistant turn's end and the "
+                             "next user turn after its content; tool turns cannot be appended")
+        return end_of_turn, pieces[1][len(end_of_turn):], pieces[2]
 
     def prompt_text(self, question: str) -> str:
         user = question if self.config.variant == "short" else user_message(question)
@@ -171,11 +178,15 @@ class ChatFormat:
         ``turn_ended``: the assistant's last sampled token was the template's end-of-turn
         token; otherwise (stopped by a stop string) the end-of-turn text is added here.
         """
+        return self.user_turn_text(tool_responses_text(outputs), turn_ended)
+
+    def user_turn_text(self, content: str, turn_ended: bool = True) -> str:
+        """A user turn of ``content`` after an assistant turn, up to the next ``<reason>``
+        (``tool_turn_text``'s layout; a conversation's follow-up question uses it as is)."""
         closing = self.end_of_turn
         if turn_ended and self.end_of_turn_id is not None:
             closing = closing[len(self.tokenizer.decode([self.end_of_turn_id])):]
-        return (closing + self.user_turn_before + tool_responses_text(outputs)
-                + self.user_turn_after + GENERATION_PREFIX)
+        return closing + self.user_turn_before + content + self.user_turn_after + GENERATION_PREFIX
 
     def tool_turn_ids(self, outputs: list[str], last_token: int) -> list[int]:
         return self.encode(self.tool_turn_text(outputs, last_token == self.end_of_turn_id))

@@ -11,6 +11,7 @@ from rstar2.cli import eval  # noqa: F401  (registers `rstar2 eval` and `rstar2 
 from rstar2.cli import grade  # noqa: F401
 from rstar2.cli import chat  # noqa: F401  (registers `rstar2 chat` and `rstar2 serve-model`)
 from rstar2.cli import train  # noqa: F401  (registers `rstar2 train`)
+from rstar2.cli import sft  # noqa: F401  (registers `rstar2 sft`)
 from rstar2.cli import demo  # noqa: F401  (registers `rstar2 demo`)
 from rstar2.cli import view  # noqa: F401  (registers `rstar2 view`)
 

@@ -12,8 +12,8 @@ from rstar2.cli.app import command_group, fail
 data_app = command_group("data", "Benchmarks and training-set filters (integer answers, "
                          "decontamination, difficulty).", no_args_is_help=True)
 
-DATA_DIR_HELP = ("Where named benchmarks are read, flat (DIR/math500.jsonl) or as the shared "
-                 "data (DIR/math500/math500.jsonl). Default: the copies inside rstar2.")
+DATA_DIR_HELP = ("Where named benchmarks are read, flat (DIR/math500.jsonl) or nested "
+                 "(DIR/math500/math500.jsonl). Default: the copies inside rstar2.")
 
 
 @data_app.command("list")
@@ -114,3 +114,34 @@ def difficulty_filter(
     write_jsonl(out, (dict(p.row, id=p.id) for p in split.kept))
     typer.echo(f"kept {len(split.kept)} problems not solved {split.k}/{split.k}, "
                f"dropped {len(split.dropped)} always solved -> {out}")
+
+
+@data_app.command("sft-traces")
+def sft_traces(
+    source: str = typer.Argument("gsm8k_train", metavar="SOURCE", help="GSM8K-style rows with "
+                                 "calculator-annotated solutions: a packaged data set's name or a "
+                                 "JSONL file."),
+    out: Path = typer.Option(..., "--out", "-o", metavar="FILE", help="Where to write the "
+                             "conversations (chat JSONL)."),
+    limit: int = typer.Option(None, "--limit", min=1, metavar="N", help="Only the first N rows."),
+    broken_share: float = typer.Option(0.1, "--broken-share", min=0.0, max=1.0, metavar="SHARE",
+                                       help="Share of traces whose first program fails in the "
+                                       "sandbox and is fixed."),
+    seed: int = typer.Option(0, "--seed", metavar="SEED", help="Seeds which traces fail first."),
+    sandbox_workers: int = typer.Option(2, "--sandbox-workers", min=1, metavar="N",
+                                        help="Workers of the private sandbox."),
+) -> None:
+    """Make cold-start SFT data for `rstar2 sft`: one tool-use conversation per problem, its
+    program computing the solution's annotated steps, run in the real sandbox, ending in the
+    gold answer (problems whose annotations cannot become a program are dropped and counted).
+
+    Decontaminate the source against your benchmarks first (`rstar2 data decontaminate`).
+    """
+    from rstar2.data import DataError
+    from rstar2.sft.gsm8k import write_gsm8k_conversations
+
+    try:
+        built = write_gsm8k_conversations(source, out, limit, broken_share, seed, sandbox_workers)
+    except DataError as error:
+        fail(error)
+    typer.echo(f"kept {len(built.traces)} conversations, dropped {dict(built.dropped) or 'none'} -> {out}")

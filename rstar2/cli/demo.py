@@ -7,11 +7,11 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 
+from rstar2 import RECIPES
 from rstar2.cli.app import app, fail
 from rstar2.cli.options import RecipeDevice, announce_device
 from rstar2.cli.train import refuse_missing_logger
 
-RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 NAMED_RECIPES = {"cpu-demo": RECIPES / "cpu-demo.yaml", "gsm8k": RECIPES / "gsm8k-cpu.yaml"}
 
 
@@ -24,7 +24,7 @@ def demo(
     overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help="Dotted override of the recipe, "
                                         "e.g. --set rl.roc.mode=off --set rl.steps=20."),
     sft_model: str = typer.Option(None, "--sft-model", metavar="DIR", help="Skip the SFT and start RL from this model "
-                                  "directory (an earlier demo's runs/<name>/sft), e.g. to compare RL settings."),
+                                  "directory (an earlier demo's runs/<name>/sft/final), e.g. to compare RL settings."),
     device: RecipeDevice = None,
 ) -> None:
     """Teach SmolLM2-135M-Instruct to solve problems with the Python tool on a CPU:
@@ -33,6 +33,7 @@ def demo(
     a PNG of the RL curves. The default recipe uses generated arithmetic;
     `--recipe gsm8k` trains on GSM8K train and evaluates on GSM8K test. Prints where everything is."""
     from rstar2.data import DataError
+    from rstar2.engines.loading import ModelNotFound
     from rstar2.demo.gsm8k import SECTION, run_gsm8k
     from rstar2.demo.pipeline import DemoSettings, run_demo
     from rstar2.rl.config import LoggingConfig
@@ -48,5 +49,5 @@ def demo(
             run_gsm8k(path, settings + ([f"{SECTION}.sft_model={sft_model}"] if sft_model else []), name)
         else:
             run_demo(DemoSettings(recipe=str(path), name=name, overrides=settings, sft_model=sft_model))
-    except (FileExistsError, ConfigError, DataError, ValidationError) as error:
+    except (FileExistsError, ConfigError, DataError, ValidationError, ModelNotFound) as error:
         fail(error)

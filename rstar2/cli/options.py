@@ -43,7 +43,9 @@ def one_of(choices: tuple[str, ...], what: str) -> dict:
 Model = Annotated[str, typer.Option(
     "--model", "-m", metavar="MODEL",
     help="'default' (the embedded SmolLM2-135M-Instruct), a model directory such as "
-         "runs/<run>/final, or a .gguf file; with --engine openai also a served model's name.")]
+         "runs/<run>/final, a .gguf file, or a Hugging Face hub id such as Qwen/Qwen3-1.7B "
+         "(@REVISION pins one; fetched into the HF cache, HF_HUB_OFFLINE=1 uses the cache "
+         "alone); with --engine openai also a served model's name.")]
 Engine = Annotated[str, typer.Option(
     "--engine", **one_of(ENGINE_KINDS, "engine"),
     help="Where the model runs: in this process (hf), behind an OpenAI-compatible server at "
@@ -51,8 +53,8 @@ Engine = Annotated[str, typer.Option(
 BaseUrl = Annotated[Optional[str], typer.Option(
     "--base-url", metavar="URL", help="Server URL for --engine openai, e.g. http://localhost:8000/v1.")]
 Tokenizer = Annotated[Optional[str], typer.Option(
-    "--tokenizer", metavar="DIR", help="Model directory whose tokenizer to use instead of --model's "
-                        "(needed when --model is a served name).")]
+    "--tokenizer", metavar="DIR", help="Model directory or hub id whose tokenizer to use instead "
+                        "of --model's (needed when --model is a served name).")]
 Dtype = Annotated[str, typer.Option(
     "--dtype", **one_of(DTYPES, "dtype"), help="Weights dtype of an in-process model.")]
 ANSWER_TAG_HELP = ("Read the answer only from \\boxed{} inside <answer>...</answer> (the paper's "
@@ -66,6 +68,14 @@ SandboxUrls = Annotated[Optional[list[str]], typer.Option(
                           "private one.")]
 Device = Annotated[str, typer.Option(
     "--device", metavar="DEVICE", help="Where an in-process model runs: " + DEVICE_HELP)]
+Overrides = Annotated[Optional[list[str]], typer.Option(
+    "--set", metavar="KEY=VALUE", help="Dotted override of the recipe, repeatable, e.g. --set "
+    "rl.optimizer.lr=2e-6 --set rl.roc.mode=off (train) or --set train.epochs=2 (sft).")]
+Resume = Annotated[bool, typer.Option(
+    "--resume", help="Continue the run from its latest checkpoint (weights, optimizer, schedule, "
+    "data position and RNG state).")]
+RunName = Annotated[Optional[str], typer.Option(
+    "--name", metavar="NAME", help="Run name (the folder under runs_dir); overrides the recipe's `name`.")]
 RecipeDevice = Annotated[Optional[str], typer.Option(
     "--device", metavar="DEVICE", help="Where the policy trains and the engine samples (sets "
     "model.device; default: the recipe's, auto unless set): " + DEVICE_HELP)]
@@ -78,6 +88,12 @@ DrainTimeout = Annotated[float, typer.Option(
     "--drain-timeout-s", min=0.0, metavar="SECONDS", help="On SIGTERM or Ctrl-C: seconds the "
     "requests in flight may take to finish; those still running are then aborted (each "
     "answered 503) and the server exits.")]
+
+
+def recipe_overrides(overrides: list[str] | None, name: str | None, device: str | None) -> list[str]:
+    """The ``--set`` overrides with ``--name`` and ``--device`` as the fields they set."""
+    return [*(overrides or []), *([f"name={name}"] if name else []),
+            *([f"model.device={device}"] if device else [])]
 
 
 def announce_device(setting: str) -> None:

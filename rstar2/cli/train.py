@@ -7,19 +7,17 @@ from pathlib import Path
 import typer
 
 from rstar2.cli.app import app, fail
-from rstar2.cli.options import RecipeDevice, announce_device
+from rstar2.cli.options import (Overrides, RecipeDevice, Resume, RunName, announce_device,
+                                 recipe_overrides)
 
 
 @app.command()
 def train(
     recipe: Path = typer.Argument(..., exists=True, dir_okay=False, metavar="RECIPE", help="YAML recipe, e.g. "
                                   "recipes/cpu-demo.yaml or recipes/qwen3-14b-stage1.yaml."),
-    overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help="Dotted override KEY=VALUE, repeatable, "
-                                        "e.g. --set rl.optimizer.lr=2e-6 --set rl.roc.mode=off."),
-    resume: bool = typer.Option(False, "--resume", help="Continue the run from its latest checkpoint "
-                                "(same weights, optimizer, data position and RNG state)."),
-    name: str = typer.Option(None, "--name", metavar="NAME", help="Run name (the folder under runs_dir); "
-                             "overrides the recipe's `name`."),
+    overrides: Overrides = None,
+    resume: Resume = False,
+    name: RunName = None,
     plan: bool = typer.Option(False, "--plan", help="Print the cluster: section's placement, the "
                               "per-GPU memory estimate and the rollouts in flight, then exit "
                               "without starting anything (no GPU, model or Ray needed)."),
@@ -34,13 +32,13 @@ def train(
     from rstar2.cluster.plan import PlacementError, UnsupportedPlacement
     from rstar2.cluster.sandboxes import SandboxServicesDown
     from rstar2.data import DataError
+    from rstar2.engines.loading import ModelNotFound
     from rstar2.run.recipe import ConfigError, load_config
+    from rstar2.rl.checkpoint import RunExists
     from rstar2.run import training
 
-    settings = (list(overrides or []) + ([f"name={name}"] if name else [])
-                + ([f"model.device={device}"] if device else []))
     try:
-        config = load_config(recipe, settings)
+        config = load_config(recipe, recipe_overrides(overrides, name, device))
     except ConfigError as error:
         fail(error)
     if plan:
@@ -52,8 +50,8 @@ def train(
         final = training.train(config, resume=resume)
     except DataError as error:  # data.train or data.keep_ids
         fail(f"{error}{training_data_hint(config)}")
-    except (training.RunExists, ImportError, PlacementError, UnknownArchitecture, UnsupportedPlacement,
-            SandboxServicesDown) as error:
+    except (RunExists, ImportError, PlacementError, UnknownArchitecture, UnsupportedPlacement,
+            SandboxServicesDown, ModelNotFound) as error:
         fail(error)  # ImportError: an extra is missing
     typer.echo(f"done: metrics in {config.run_dir / 'metrics.jsonl'}, trained model in {final}")
 
@@ -83,12 +81,13 @@ def training_data_hint(config) -> str:
 
 
 def print_plan(config) -> None:
-    """``--plan``: the placement and memory of the recipe's cluster, or a one-line refusal."""
+    """``--plan``: the placement and memory of the recipe's cluster or of its one process, or a
+    one-line refusal."""
     from rstar2.cluster.architectures import UnknownArchitecture
-    from rstar2.cluster.plan import PlacementError, UnsupportedPlacement, plan_run, render
-    from rstar2.run.settings import cluster_job
+    from rstar2.cluster.plan import PlacementError, UnsupportedPlacement
+    from rstar2.run.plan import run_plan
 
     try:
-        typer.echo(render(plan_run(cluster_job(config))))
+        typer.echo(run_plan(config))
     except (PlacementError, UnknownArchitecture, UnsupportedPlacement) as error:
         fail(error)

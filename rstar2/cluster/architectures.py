@@ -1,8 +1,13 @@
-"""The architecture numbers the memory plan needs, from a small table of known models or a
-local ``config.json``; nothing is downloaded, so ``--plan`` runs on a laptop for a 14B recipe.
+"""The architecture numbers the memory plan needs, from a small table of known models or the
+model's ``config.json``, so ``--plan`` runs on a laptop for a 14B recipe.
 
     arch = architecture("qwen3-14b", model_path="checkpoints/qwen3-14b-base-sft")
+    arch = architecture(None, model_path="Qwen/Qwen3-1.7B-Base")   # the table knows its hub id
     arch.parameters, arch.kv_bytes_per_token(dtype_bytes=2)
+
+A model path is read as everywhere (``rstar2.engines.loading``): a local directory's
+``config.json``; a hub id the table knows (``HUB_IDS``) needs nothing else; any other hub id
+has its config and tokenizer files fetched into the HF cache (never the weights).
 """
 
 from __future__ import annotations
@@ -52,9 +57,18 @@ KNOWN: dict[str, Architecture] = {
                               intermediate=17408, vocab=151936, tied_embeddings=False),
     "qwen3-8b": Architecture(hidden=4096, layers=36, heads=32, kv_heads=8, head_dim=128,
                              intermediate=12288, vocab=151936, tied_embeddings=False),
+    "qwen3-1.7b": Architecture(hidden=2048, layers=28, heads=16, kv_heads=8, head_dim=128,
+                               intermediate=6144, vocab=151936, tied_embeddings=True),
     "smollm2-135m": Architecture(hidden=576, layers=30, heads=9, kv_heads=3, head_dim=64,
                                  intermediate=1536, vocab=49152, tied_embeddings=True),
 }
+HUB_IDS: dict[str, str] = {
+    "Qwen/Qwen3-14B-Base": "qwen3-14b", "Qwen/Qwen3-14B": "qwen3-14b",
+    "Qwen/Qwen3-8B-Base": "qwen3-8b", "Qwen/Qwen3-8B": "qwen3-8b",
+    "Qwen/Qwen3-1.7B-Base": "qwen3-1.7b", "Qwen/Qwen3-1.7B": "qwen3-1.7b",
+    "HuggingFaceTB/SmolLM2-135M-Instruct": "smollm2-135m",
+}
+"""Hub ids (revision aside) of the models in ``KNOWN``."""
 
 
 class UnknownArchitecture(ValueError):
@@ -71,10 +85,15 @@ def architecture(name: str | None, model_path: str) -> Architecture:
         return KNOWN[name]
     if model_path == "default":
         return KNOWN["smollm2-135m"]
-    config_file = Path(model_path) / "config.json"
-    if not config_file.is_file():
-        raise UnknownArchitecture(f"no {config_file} to read the architecture from: set "
-                                  f"cluster.architecture to one of {', '.join(KNOWN)}")
+    if model_path.split("@")[0] in HUB_IDS and not Path(model_path).exists():
+        return KNOWN[HUB_IDS[model_path.split("@")[0]]]
+    from rstar2.engines.loading import ModelNotFound, resolve_model_dir
+
+    try:
+        config_file = resolve_model_dir(model_path, weights=False) / "config.json"
+    except ModelNotFound as error:
+        raise UnknownArchitecture(f"cannot read the architecture of {model_path} ({error}): set "
+                                  f"cluster.architecture to one of {', '.join(KNOWN)}") from None
     return from_config_json(json.loads(config_file.read_text()))
 
 

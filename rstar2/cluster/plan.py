@@ -3,6 +3,9 @@
     plan = plan_run(job)           # a ClusterJob; PlacementError (one line) when it cannot fit
     print(render(plan))
 
+A recipe without a ``cluster:`` section trains in one process; its plan is
+``rstar2.run.plan``'s, built from this module's learner memory.
+
 Placement: learner ranks first (one GPU each, filling nodes in order), then engine members
 (``gpus_per_member`` GPUs on one node each), with every node's sandbox services and the CPU
 cores of all three counted against ``cpus_per_node``.
@@ -116,7 +119,7 @@ def plan_run(job: ClusterJob) -> Plan:
     check_learner_options(job.name, job.model, job.rl)
     arch = architecture(cluster.architecture, job.model.path)
     nodes = place(cluster)
-    learner = learner_memory(job, arch)
+    learner = learner_memory(job.model, job.rl, arch, cluster.learner.ranks, sharded=True)
     engine = engine_memory(cluster, arch)
     members_gpus = max(cluster.engines.gpus_per_member, 1)
     kv_tokens = int(engine["kv_cache"] * members_gpus // arch.kv_bytes_per_token(2))
@@ -171,23 +174,25 @@ def first_fit(nodes: list[NodePlan], gpus: int, cpus: int, cluster: ClusterConfi
                          f"{cluster.gpus_per_node}")
 
 
-def learner_memory(job: ClusterJob, arch: Architecture) -> dict[str, float]:
-    """Bytes per learner rank (see the module docstring)."""
-    ranks = job.cluster.learner.ranks
-    stored = DTYPE_BYTES[job.model.dtype]
-    compute = min(stored, DTYPE_BYTES[job.model.compute_dtype])
-    tokens = job.rl.micro_batch_tokens
+def learner_memory(model: ModelConfig, rl: RLConfig, arch: Architecture, ranks: int,
+                   sharded: bool) -> dict[str, float]:
+    """Bytes per learner rank (see the module docstring); an unsharded policy (one process,
+    no cluster) holds its weights whole, so it has no FSDP working set."""
+    stored = DTYPE_BYTES[model.dtype]
+    compute = min(stored, DTYPE_BYTES[model.compute_dtype])
+    tokens = rl.micro_batch_tokens
     kv_width = arch.kv_heads * arch.head_dim
     layer_internals = tokens * (4 * arch.hidden + 2 * kv_width + 4 * arch.intermediate) * compute
-    if job.model.gradient_checkpointing:
+    if model.gradient_checkpointing:
         activations = arch.layers * tokens * arch.hidden * compute + layer_internals
     else:
         activations = arch.layers * layer_internals
+    working_set = {"working set": (arch.embedding_parameters + 2 * 2 * arch.layer_parameters) * compute}
     return {
         "weights": arch.parameters * stored / ranks,
         "gradients": arch.parameters * stored / ranks,
         "optimizer": 2 * arch.parameters * stored / ranks,
-        "working set": (arch.embedding_parameters + 2 * 2 * arch.layer_parameters) * compute,
+        **(working_set if sharded else {}),
         "activations": activations,
         "logits": tokens * arch.vocab * (compute + 3 * 4),
     }

@@ -3,10 +3,10 @@
 Contract of ``load_benchmark(spec, data_dir)``:
 
 * ``spec`` is a registered name (``aime2024``, ``aime2025``, ``hmmt_feb2025``, ``math500``,
-  ``amc23``, ``gsm8k``) or a path to a JSONL file of ``{problem, answer}`` rows (a custom
-  benchmark, named after the file's stem);
-* a name is looked up in ``data_dir``, flat (``DIR/<stem>.jsonl``) or in the shared data
-  layout (``DIR/<stem>/<stem>.jsonl``); ``None`` means the copies packaged with rstar2
+  ``amc23``, ``gsm8k``; ``gsm8k_train``, the training split, for RL and SFT data) or a path to
+  a JSONL file of ``{problem, answer}`` rows (a custom benchmark, named after the file's stem);
+* a name is looked up in ``data_dir``, flat (``DIR/<stem>.jsonl``) or nested
+  (``DIR/<stem>/<stem>.jsonl``); ``None`` means the copies packaged with rstar2
   (``rstar2/data/benchmarks``, sources and licences in its README);
 * anything else raises ``DataError`` listing the registered names.
 """
@@ -28,7 +28,7 @@ class BenchmarkInfo:
 
     name: str
     stem: str
-    """File name without ``.jsonl`` (also the sub-directory name in the shared layout)."""
+    """File name without ``.jsonl`` (also the sub-directory name in the nested layout)."""
     description: str
 
 
@@ -41,6 +41,8 @@ REGISTRY: dict[str, BenchmarkInfo] = {
         BenchmarkInfo("math500", "math500", "MATH-500 (PRM800K test split), 500 problems"),
         BenchmarkInfo("amc23", "amc23", "AMC 2023 (Qwen2.5-Math set), 40 integer answers"),
         BenchmarkInfo("gsm8k", "gsm8k_test", "GSM8K test, 1,319 grade-school problems"),
+        BenchmarkInfo("gsm8k_train", "gsm8k_train", "GSM8K train, 7,473 problems with annotated "
+                      "solutions (training data: RL problems, SFT traces)"),
     )
 }
 
@@ -78,7 +80,7 @@ def benchmark_path(spec: str, data_dir: str | Path | None = None) -> Path:
 
 
 def registered_path(info: BenchmarkInfo, data_dir: Path) -> Path:
-    """Where a registered benchmark lives in ``data_dir`` (flat or shared layout)."""
+    """Where a registered benchmark lives in ``data_dir`` (flat or nested layout)."""
     candidates = (data_dir / f"{info.stem}.jsonl", data_dir / info.stem / f"{info.stem}.jsonl")
     for candidate in candidates:
         if candidate.is_file():

@@ -33,18 +33,22 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 
+from rstar2 import RECIPES
+from rstar2.agent.prompt import ChatFormat
 from rstar2.data import DataError, Overlap, Problem, find_overlaps, load_benchmark, read_problems, write_jsonl
+from rstar2.data.benchmarks import benchmark_path
 from rstar2.engines.loading import load_tokenizer
 from rstar2.reward import Grader
 from rstar2.run.config import RunConfig
-from rstar2.run.recipe import ConfigError, describe_error, read_recipe, validate_config
+from rstar2.recipe import ConfigError, describe_error, read_recipe
+from rstar2.run.recipe import validate_config
 from rstar2.sandbox import SandboxClient
 from rstar2.sft.dataset import write_traces
 from rstar2.sft.gsm8k import gsm8k_traces
 from rstar2.sft.train import SFTSettings
 from rstar2.demo.pipeline import run_pipeline, train_and_evaluate
 
-RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "gsm8k-cpu.yaml"
+RECIPE = RECIPES / "gsm8k-cpu.yaml"
 SECTION = "gsm8k"
 
 
@@ -53,9 +57,8 @@ class GSM8KSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    train: str = Field("../shared/data/gsm8k_train/gsm8k_train.jsonl",
-                       description="GSM8K train as JSONL rows with id, problem, answer and the "
-                       "annotated solution (the layout of ../shared/data).")
+    train: str = Field("gsm8k_train", description="GSM8K train: the packaged copy by name, or a "
+                       "JSONL file of rows with id, problem, answer and the annotated solution.")
     test: str = Field("gsm8k", description="The evaluation benchmark (a registered name or a JSONL "
                       "path); both training sets are decontaminated against it.")
     sft_problems: int = Field(1000, ge=1, description="Problems drawn for SFT traces (the traces "
@@ -68,7 +71,7 @@ class GSM8KSettings(BaseModel):
         epochs=1, batch_size=8, lr=1e-4, warmup_steps=5, compute_dtype="bfloat16"),
         description="The cold-start SFT.")
     sft_model: str | None = Field(None, description="Skip the base evaluation and the SFT: start "
-                                  "RL from this model directory (an earlier run's sft/), e.g. "
+                                  "RL from this model directory (an earlier run's sft/final), e.g. "
                                   "to compare RoC on and off from one start.")
     eval_problems: int = Field(500, ge=0, description="Fixed random subset of the test set "
                                "evaluated (0: all of it).")
@@ -95,7 +98,7 @@ def load_recipe(path: str | Path = RECIPE, overrides: Sequence[str] = (), name: 
     try:
         settings = GSM8KSettings.model_validate(tree.pop(SECTION, None) or {})
     except ValidationError as error:
-        lines = [f"{SECTION}.{describe_error(problem)}" for problem in error.errors()]
+        lines = [f"{SECTION}.{describe_error(problem, GSM8KSettings)}" for problem in error.errors()]
         raise ConfigError(f"{path}: " + "; ".join(lines)) from None
     tree["name"] = name or tree.get("name")
     runs_dir = tree.get("runs_dir", "runs")
@@ -107,7 +110,7 @@ def load_recipe(path: str | Path = RECIPE, overrides: Sequence[str] = (), name: 
 
 def gsm8k_splits(settings: GSM8KSettings, seed: int) -> GSM8KSplits:
     """Decontaminated, disjoint SFT and RL problems and the evaluation subset (module docstring)."""
-    train = read_problems(settings.train)
+    train = read_problems(benchmark_path(settings.train))
     test = load_benchmark(settings.test)
     overlaps = find_overlaps(train, [test])
     flagged = {overlap.id for overlap in overlaps}
@@ -132,9 +135,7 @@ def run_gsm8k(recipe: str | Path = RECIPE, overrides: Sequence[str] = (), name: 
               console: Console | None = None) -> dict:
     """Run the whole GSM8K recipe (module docstring); returns the summary also in summary.json."""
     settings, config = load_recipe(recipe, overrides, name)
-    if not Path(settings.train).is_file():
-        raise DataError(f"{settings.train}: no such file; set gsm8k.train=PATH to GSM8K train "
-                        "(JSONL rows with the annotated solutions, as in ../shared/data)")
+    benchmark_path(settings.train)  # a missing file is refused before the pipeline starts
     return run_pipeline(config, lambda url, grader, out: phases(settings, config, url, grader, out), console)
 
 
@@ -148,7 +149,8 @@ async def phases(settings: GSM8KSettings, config: RunConfig, url: str, grader: G
         splits = gsm8k_splits(settings, config.seed)
         built = await gsm8k_traces([] if settings.sft_model else splits.sft, tokenizer, sandbox, prompt,
                                    settings.broken_share, config.seed)
-        write_traces(data_dir / "sft_traces.jsonl", built.traces)
+        traces = write_traces(data_dir / "sft_traces.jsonl", [p.id for p in built.kept],
+                              [p.problem for p in built.kept], built.traces, ChatFormat(tokenizer, prompt).end_of_turn)
         write_jsonl(data_dir / "sft_problems.jsonl", (dict(p.row, id=p.id) for p in built.kept))
         write_jsonl(Path(config.data.train), (dict(p.row, id=p.id) for p in splits.rl))
         evaluation = data_dir / "gsm8k_test_eval.jsonl"
@@ -163,7 +165,7 @@ async def phases(settings: GSM8KSettings, config: RunConfig, url: str, grader: G
                       f"(dropped {data['dropped'] or 'none'}), {data['rl_problems']} RL problems, "
                       f"{data['eval_problems']} test problems; {len(splits.overlaps)} train rows overlapping "
                       f"{splits.decontamination['against']} removed first")
-        summary = await train_and_evaluate(settings, config, tokenizer, sandbox, url, grader, built.traces,
+        summary = await train_and_evaluate(settings, config, tokenizer, sandbox, url, grader, traces,
                                            evaluation, timings, console)
     total = len(load_benchmark(settings.test).problems)
     return {"evaluated_on": f"{settings.test} ({len(splits.evaluation)} of {total})", "data": data, **summary}

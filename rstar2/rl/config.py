@@ -36,7 +36,9 @@ class LoraConfig(Section):
 class ModelConfig(Section):
     path: str = "default"
     """The policy's starting weights: 'default' (the embedded SmolLM2-135M-Instruct), a .gguf
-    file, or a local transformers model directory (see ``rstar2.engines.loading``)."""
+    file, a local transformers model directory, or a Hugging Face hub id such as
+    'Qwen/Qwen3-1.7B' ('@REVISION' pins one), resolved into the standard HF cache (see
+    ``rstar2.engines.loading``)."""
     device: DeviceSetting = "auto"
     """Where the policy is trained: 'auto' (cuda when a GPU is available, else cpu), 'cpu',
     'cuda' or 'cuda:N'. Batches are built on it, and the embedded engine samples on it unless

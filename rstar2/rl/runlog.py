@@ -1,5 +1,5 @@
 """Where a run's per-step records go: ``metrics.jsonl``, ``rollouts/step_N.jsonl``, the console,
-and TensorBoard / Weights & Biases when asked for.
+and TensorBoard / Weights & Biases when asked for (RL runs and ``rstar2 sft`` runs alike).
 
     log = RunLog(run_dir, config.logging, total_steps, resume_step=0)
     log.step(step, metrics)                  # one JSON line, a console line, TB/wandb scalars
@@ -43,6 +43,8 @@ CONSOLE_FIELDS = (
     ("response/length_mean", "len", "{:.0f}"),
     ("loss/entropy", "ent", "{:.2f}"),
     ("train/grad_norm", "|g|", "{:.2f}"),
+    ("sft/loss", "loss", "{:.3f}"),
+    ("sft/lr", "lr", "{:.1e}"),
     ("time/step", "s", "{:.1f}"),
 )
 
@@ -55,7 +57,7 @@ class RunLog:
         self.console = console or Console()
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.rollouts_dir = self.run_dir / "rollouts"
-        self.rollouts_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         keep_steps_before(self.metrics_path, resume_step)
         self.metrics_file = self.metrics_path.open("a", encoding="utf-8")
         self.tensorboard = open_tensorboard(self.run_dir) if config.tensorboard else None
@@ -74,6 +76,7 @@ class RunLog:
         self.console.print(console_line(step, self.total_steps, metrics), soft_wrap=True, highlight=False)
 
     def rollouts(self, step: int, rows: Sequence[Mapping]) -> Path:
+        self.rollouts_dir.mkdir(exist_ok=True)
         path = self.rollouts_dir / f"step_{step}.jsonl"
         path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
         return path
@@ -121,7 +124,7 @@ def missing_logger(config: LoggingConfig) -> str | None:
 
 def logger_package_error(field: str) -> str:
     package, extra = LOGGER_PACKAGES[field]
-    return f"logging.{field} needs the {package} package: pip install 'rstar2[{extra}]'"
+    return f"logging.{field} needs the {package} package: pip install -e '.[{extra}]' in the rstar2 clone"
 
 
 def open_tensorboard(run_dir: Path):

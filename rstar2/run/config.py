@@ -28,8 +28,9 @@ from rstar2.section import Section
 
 class DataConfig(Section):
     train: str
-    """JSONL file of training problems, one object per line with ``id``, ``problem`` and an
-    integer ``answer`` (the layout of ``../shared/data``)."""
+    """Training problems: a JSONL file, one object per line with ``id``, ``problem`` and an
+    integer ``answer``, or a data set packaged with rstar2 by name ('gsm8k_train';
+    ``rstar2 data list``)."""
     keep_ids: str | None = None
     """Optional text file with one problem id per line: only those problems are trained on.
     Stage 3 uses it for the hard subset (problems not solved 8/8 by the stage-2 policy)."""

@@ -33,7 +33,7 @@ from rstar2.data.problems import Problem, read_problems
 from rstar2.engines.base import TrainableEngine
 from rstar2.engines.loading import load_tokenizer
 from rstar2.reward import Grader
-from rstar2.rl.checkpoint import latest_checkpoint
+from rstar2.rl.checkpoint import check_run_dir
 from rstar2.rl.learner import Learner
 from rstar2.rl.sampler import Sampler
 from rstar2.rl.trainer import Trainer
@@ -41,10 +41,6 @@ from rstar2.run.config import RunConfig
 from rstar2.run.placement import LocalPlacement, Placement
 from rstar2.run.settings import cluster_job, learner_settings, trainer_settings
 from rstar2.sandbox import SandboxClient, SandboxUnavailable
-
-
-class RunExists(RuntimeError):
-    """The run folder holds another run's checkpoints and ``resume`` was not asked for."""
 
 
 def train(config: RunConfig, resume: bool = False, console: Console | None = None) -> Path:
@@ -73,7 +69,7 @@ async def run_training(config: RunConfig, placement: Placement, *, resume: bool 
     evaluations); None opens one for the run. ``trained_by`` goes on the model's card."""
     console = console or Console()
     placement.check()
-    check_run_dir(config, resume)
+    check_run_dir(config.run_dir, resume)
     tokenizer = load_tokenizer(config.model.path)
     problems = training_problems(config, tokenizer)  # bad data is refused before anything is written
     config.run_dir.mkdir(parents=True, exist_ok=True)
@@ -110,12 +106,6 @@ def run_card(config: RunConfig, trained_by: str) -> ModelCard:
     """The card of a model this run trains: its prompt and rollout limits."""
     return new_card(config.rollout.prompt, config.rollout.max_response_tokens,
                     config.rollout.max_turns, f"{trained_by} ({config.name})")
-
-
-def check_run_dir(config: RunConfig, resume: bool) -> None:
-    if not resume and latest_checkpoint(config.run_dir / "checkpoints") is not None:
-        raise RunExists(f"{config.run_dir} already holds checkpoints: pass --resume to continue "
-                        "that run, or --name to start another")
 
 
 def training_problems(config: RunConfig, tokenizer) -> list[Problem]:

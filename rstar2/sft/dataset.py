@@ -24,6 +24,8 @@ import numpy as np
 from rstar2.agent.prompt import PromptConfig
 from rstar2.agent.rollout import CodeRunner
 from rstar2.agent.trajectory import Trajectory
+from rstar2.data.jsonl import write_jsonl
+from rstar2.sft.chat import trajectory_messages
 from rstar2.sft.tasks import Task, unique_tasks
 from rstar2.sft.traces import make_trace
 
@@ -66,8 +68,10 @@ def write_problems(path: Path, tasks: Sequence[Task]) -> Path:
     return path
 
 
-def write_traces(path: Path, traces: Sequence[Trajectory]) -> Path:
-    """The SFT traces as JSONL trajectories (``Trajectory.model_validate_json`` reads them)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(t.model_dump_json() + "\n" for t in traces), encoding="utf-8")
+def write_traces(path: Path, ids: Sequence[str], questions: Sequence[str], traces: Sequence[Trajectory],
+                 end_of_turn: str) -> Path:
+    """The SFT traces as chat-format conversations (``rstar2.sft.chat``), what ``rstar2 sft``
+    reads; ``end_of_turn`` is the chat template's (``ChatFormat.end_of_turn``)."""
+    write_jsonl(path, ({"id": key, "messages": trajectory_messages(question, trace, end_of_turn)}
+                       for key, question, trace in zip(ids, questions, traces)))
     return path

@@ -3,6 +3,7 @@
     task = gsm8k_task(problem)                   # raises AnnotationError when it cannot be made
     built = await gsm8k_traces(problems, tokenizer, sandbox, prompt, broken_share=0.1, seed=0)
     built.traces, built.kept, built.dropped      # dropped: Counter of reasons
+    write_gsm8k_conversations("gsm8k_train", Path("traces.jsonl"), limit=2000)   # rstar2 data sft-traces
 
 GSM8K solutions mark every computation, e.g. ``48/2 = <<48/2=24>>24 clips in May``. One trace
 per problem:
@@ -34,10 +35,11 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-from rstar2.agent.prompt import PromptConfig
+from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.agent.rollout import CodeRunner
 from rstar2.agent.trajectory import Trajectory
 from rstar2.data.problems import Problem
@@ -217,4 +219,31 @@ async def gsm8k_traces(problems: Sequence[Problem], tokenizer, runner: CodeRunne
         else:
             built.traces.append(outcome)
             built.kept.append(problem)
+    return built
+
+
+def write_gsm8k_conversations(source: str, out: Path, limit: int | None = None, broken_share: float = 0.1,
+                              seed: int = 0, sandbox_workers: int = 2) -> BuiltTraces:
+    """``rstar2 data sft-traces``: the traces of ``source`` (a packaged data set's name or a JSONL
+    file of rows with annotated solutions; its first ``limit`` rows) as chat-format
+    conversations at ``out`` for ``rstar2 sft``, played through the agent loop with the embedded
+    model's tokenizer and a private sandbox. The conversations carry no system message, so the
+    SFT recipe's prompt decides how they are asked."""
+    from rstar2.data.benchmarks import benchmark_path
+    from rstar2.data.problems import read_problems
+    from rstar2.engines.loading import load_tokenizer
+    from rstar2.sandbox import SandboxClient, local_sandbox
+    from rstar2.sft.dataset import write_traces
+
+    problems = read_problems(benchmark_path(source))[:limit]
+    tokenizer, prompt = load_tokenizer("default"), PromptConfig()
+
+    async def build(url: str) -> BuiltTraces:
+        async with SandboxClient([url]) as sandbox:
+            return await gsm8k_traces(problems, tokenizer, sandbox, prompt, broken_share, seed)
+
+    with local_sandbox(workers=sandbox_workers) as url:
+        built = asyncio.run(build(url))
+    write_traces(out, [p.id for p in built.kept], [p.problem for p in built.kept], built.traces,
+                 ChatFormat(tokenizer, prompt).end_of_turn)
     return built

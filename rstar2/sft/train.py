@@ -1,6 +1,8 @@
-"""Supervised fine-tuning on agent trajectories: cross-entropy on the assistant's tokens only.
+"""Supervised fine-tuning on agent conversations: cross-entropy on the assistant's tokens only.
 
-    losses = sft_train(model, traces, SFTSettings(epochs=1, lr=2e-4), pad_id)
+    losses = sft_train(model, sequences, SFTSettings(epochs=1, lr=2e-4), pad_id)
+    optimizer, scheduler = sft_optimizer(model, settings)          # to checkpoint and resume:
+    sft_train(model, sequences, settings, pad_id, start_step=k, optimizer=optimizer, scheduler=scheduler)
 
 The loss of a batch is the mean negative log-likelihood over its loss-mask tokens (what the
 assistant wrote); prompt and tool-response tokens are context only, exactly as in RL, and the
@@ -37,28 +39,42 @@ class SFTSettings(BaseModel):
 
 
 def as_sequence(trajectory: Trajectory) -> TrainSequence:
+    """An agent trajectory (a trace played through the agent loop) as an SFT sequence."""
     return TrainSequence(trajectory.prompt_ids, trajectory.response_ids, trajectory.loss_mask,
                          [0.0] * len(trajectory.response_ids))
 
 
-def sft_train(model: torch.nn.Module, traces: Sequence[Trajectory], settings: SFTSettings, pad_id: int,
-              on_step: Callable[[int, int, float], None] | None = None) -> list[float]:
-    """Train ``model`` on ``traces``; returns the loss of every optimizer step. ``on_step(step,
-    total, loss)`` is called after each one (progress display)."""
-    sequences = [as_sequence(t) for t in traces]
+def sft_optimizer(model: torch.nn.Module, settings: SFTSettings):
+    """AdamW over the trainable parameters and its warm-up schedule (``rl.optim``)."""
     schedule = OptimizerConfig(lr=settings.lr, warmup_steps=settings.warmup_steps)
     optimizer = build_optimizer(model.parameters(), schedule)
-    scheduler = build_scheduler(optimizer, schedule)
+    return optimizer, build_scheduler(optimizer, schedule)
+
+
+def sft_batches(count: int, settings: SFTSettings) -> list[list[int]]:
+    """The indices of the sequences of every optimizer step, all epochs: each epoch a fresh
+    seeded permutation cut into ``batch_size`` pieces. A function of the seed alone, so a
+    resumed run takes the very batches the interrupted one would have."""
     rng = np.random.default_rng(settings.seed)
-    batches = [
-        [sequences[i] for i in order[start:start + settings.batch_size]]
-        for order in (rng.permutation(len(sequences)) for _ in range(settings.epochs))
-        for start in range(0, len(sequences), settings.batch_size)
-    ]
+    return [[int(i) for i in order[start:start + settings.batch_size]]
+            for order in (rng.permutation(count) for _ in range(settings.epochs))
+            for start in range(0, count, settings.batch_size)]
+
+
+def sft_train(model: torch.nn.Module, sequences: Sequence[TrainSequence], settings: SFTSettings, pad_id: int,
+              on_step: Callable[[int, int, float], None] | None = None, *, start_step: int = 0,
+              optimizer: torch.optim.Optimizer | None = None, scheduler=None) -> list[float]:
+    """Train ``model`` on ``sequences`` from optimizer step ``start_step`` on (with the
+    ``optimizer`` and ``scheduler`` of ``sft_optimizer``, restored by the caller, or new ones);
+    returns the loss of every step taken. ``on_step(step, total, loss)`` is called after each
+    one (progress, metrics, checkpoints)."""
+    if optimizer is None:
+        optimizer, scheduler = sft_optimizer(model, settings)
+    batches = sft_batches(len(sequences), settings)
     model.train()
     losses = []
-    for step, batch in enumerate(batches, 1):
-        losses.append(sft_step(model, optimizer, batch, settings, pad_id))
+    for step in range(start_step + 1, len(batches) + 1):
+        losses.append(sft_step(model, optimizer, [sequences[i] for i in batches[step - 1]], settings, pad_id))
         scheduler.step()
         if on_step is not None:
             on_step(step, len(batches), losses[-1])

@@ -58,8 +58,15 @@ def batch(tokenizer):
     return rows
 
 
-def test_two_gloo_ranks_update_like_one_process(config, tokenizer, local_ray):
-    engine = HFEngine(HFEngineConfig(dtype="float32", max_batch_size=2))  # its own copy
+@pytest.mark.parametrize("family", ["smollm2-135m", "qwen2", "qwen3"])
+def test_two_gloo_ranks_update_like_one_process(family, config, tiny_models, local_ray):
+    """On the real default model, and on a tiny random Qwen2.5 (q/k/v biases) and Qwen3
+    (per-head q/k norms), whose layers FSDP2 shards the same way."""
+    if family != "smollm2-135m":
+        config = config.model_copy(update={"model": config.model.model_copy(
+            update={"path": str(tiny_models[family])})})
+    engine = HFEngine(HFEngineConfig(model=config.model.path, dtype="float32", max_batch_size=2))
+    tokenizer = engine.tokenizer
     model = load_policy(config.model)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     local = LocalLearner(learner_settings(config, tokenizer.pad_token_id), model, engine)

@@ -1,5 +1,6 @@
-"""The cluster plan: the 14B recipes fit 8 nodes x 8 GPUs, a placement that cannot fit is
-refused in one line, and the parameter count the memory estimate rests on is the real model's."""
+"""The plan: the 14B recipes fit 8 nodes x 8 GPUs, the one-GPU recipes fit one 80 GiB GPU, a
+placement that cannot fit is refused in one line, and the parameter count the memory estimate
+rests on is the real model's."""
 
 from pathlib import Path
 
@@ -17,11 +18,13 @@ from rstar2.cluster.plan import (
     plan_run,
     span,
 )
+from rstar2.run.plan import LocalPlan, local_plan
 from rstar2.run.recipe import load_config, validate_config
 from rstar2.run.settings import cluster_job
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 STAGES = sorted(RECIPES.glob("qwen3-14b-stage*.yaml"))
+ONE_GPU = sorted(RECIPES.glob("qwen3-1.7b-stage*.yaml"))
 
 
 @pytest.mark.parametrize("recipe", STAGES, ids=lambda p: p.stem)
@@ -55,6 +58,44 @@ def test_cli_prints_the_plan_and_refuses_in_one_line():
 
 def plan_of(config):
     return plan_run(cluster_job(config))
+
+
+@pytest.mark.parametrize("recipe", ONE_GPU, ids=lambda p: p.stem)
+def test_the_one_gpu_recipes_fit_one_80_gib_gpu(recipe):
+    """Read offline: the table knows Qwen/Qwen3-1.7B-Base, nothing is fetched."""
+    plan = local_plan(load_config(recipe))
+    assert isinstance(plan, LocalPlan) and plan.gpu and plan.gpu_memory_gib == 80
+    total = sum(plan.learner_bytes.values()) + sum(plan.engine_bytes.values())
+    assert total < 72 * GIB  # room for the CUDA context and the allocator's slack
+    assert plan.in_flight >= 32 and plan.kv_tokens // plan.rollout_tokens == plan.in_flight
+    shown = CliRunner().invoke(app, ["train", str(recipe), "--plan"])
+    assert shown.exit_code == 0 and "of a 80 GiB GPU" in shown.output and "one process" in shown.output
+
+
+def test_a_one_gpu_run_without_a_kv_bound_is_refused_in_one_line():
+    recipe = str(RECIPES / "qwen3-1.7b-stage1.yaml")
+    refused = CliRunner().invoke(app, ["train", recipe, "--plan", "--set", "engine.members=[]"])
+    assert refused.exit_code == 2
+    message = refused.output.strip()
+    assert message.startswith("error: does not fit one 80 GiB GPU") and "kv_budget_tokens" in message
+    assert "\n" not in message
+
+
+def test_the_table_numbers_count_the_real_architecture():
+    """Every known architecture's parameter count against the transformers model built on the
+    meta device from the same numbers (Qwen3's per-head q/k norms are the only extra)."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config
+
+    for name, arch in KNOWN.items():
+        kind = LlamaConfig if name.startswith("smollm2") else Qwen3Config
+        config = kind(hidden_size=arch.hidden, num_hidden_layers=arch.layers, num_attention_heads=arch.heads,
+                      num_key_value_heads=arch.kv_heads, head_dim=arch.head_dim,
+                      intermediate_size=arch.intermediate, vocab_size=arch.vocab,
+                      tie_word_embeddings=arch.tied_embeddings)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+        assert arch.parameters == pytest.approx(sum(p.numel() for p in model.parameters()), rel=1e-4), name
 
 
 def config_with(cluster, **rl):

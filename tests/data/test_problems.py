@@ -79,7 +79,8 @@ def test_packaged_benchmarks_equal_the_shared_data(shared_data):
         assert shared.path == shared_data / info.stem / f"{info.stem}.jsonl"
         assert packaged.path.read_bytes() == shared.path.read_bytes()
     sizes = {name: len(load_benchmark(name).problems) for name in REGISTRY}
-    assert sizes == {"aime2024": 30, "aime2025": 30, "hmmt_feb2025": 30, "math500": 500, "amc23": 40, "gsm8k": 1319}
+    assert sizes == {"aime2024": 30, "aime2025": 30, "hmmt_feb2025": 30, "math500": 500, "amc23": 40, "gsm8k": 1319,
+                     "gsm8k_train": 7473}
 
 
 def test_flat_data_dir_layout_is_read(tmp_path, shared_data):

@@ -35,6 +35,16 @@ def generate(engine, prompts, params):
     return asyncio.run(engine.generate(prompts, params))
 
 
+def assert_greedy_as_generate(engine, prompts, outs, max_tokens: int) -> None:
+    """Each greedy completion is a prefix of what ``model.generate`` makes on the GPU."""
+    for prompt, out in zip(prompts, outs):
+        with torch.inference_mode():
+            ids = torch.tensor([prompt], device="cuda")
+            expected = engine.model.generate(ids, attention_mask=torch.ones_like(ids),
+                                             max_new_tokens=max_tokens, do_sample=False)
+        assert out.token_ids == expected[0, len(prompt):].tolist()[: len(out.token_ids)]
+
+
 def test_cuda_greedy_equals_generate_and_uses_graphs(tokenizer, cuda_prompts):
     engine = HFEngine(HFEngineConfig(dtype="float32", device="cuda", min_shared_prefix=16))
     try:
@@ -42,12 +52,7 @@ def test_cuda_greedy_equals_generate_and_uses_graphs(tokenizer, cuda_prompts):
         params = SamplingParams(temperature=0, max_tokens=24)
         outs = generate(engine, cuda_prompts[:5], params)  # 5 rows: padded to a bucket of 8
         assert engine.compute.decoder.graphs, "decode steps should have been captured"
-        for prompt, out in zip(cuda_prompts, outs):
-            with torch.inference_mode():
-                ids = torch.tensor([prompt], device="cuda")
-                expected = engine.model.generate(ids, attention_mask=torch.ones_like(ids),
-                                                 max_new_tokens=24, do_sample=False)
-            assert out.token_ids == expected[0, len(prompt):].tolist()[: len(out.token_ids)]
+        assert_greedy_as_generate(engine, cuda_prompts, outs, 24)
     finally:
         engine.shutdown()
 
@@ -72,3 +77,19 @@ def test_sampled_logprobs_stay_close_to_the_trainers_recomputation(cuda_prompts,
     assert drift.tokens == sum(len(o.token_ids) for o in outs)
     assert summary["logprob_drift/mean"] <= mean_bound
     assert summary["logprob_drift/max"] <= max_bound
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
+def test_every_family_decodes_on_the_cuda_path_as_generate(family, tiny_models):
+    """Tiny random models of each family through fused attention and CUDA graphs; the CPU runs
+    the same 'flat' attention without graphs (tests/families)."""
+    engine = HFEngine(HFEngineConfig(model=str(tiny_models[family]), dtype="float32", device="cuda",
+                                     min_shared_prefix=8))
+    try:
+        head = engine.tokenizer.encode("Solve the problem with a program and print the result. " * 2)
+        prompts = [head + engine.tokenizer.encode(q) for q in ("2+2?", "12 * 34 =", "sum(range(9))")]
+        outs = generate(engine, prompts, SamplingParams(temperature=0, max_tokens=16))
+        assert engine.decoder.graphs, "decode steps should have been captured"
+        assert_greedy_as_generate(engine, prompts, outs, 16)
+    finally:
+        engine.shutdown()

@@ -1,4 +1,5 @@
-"""Offline model resolution: the embedded default, GGUF conversion cache, local directories."""
+"""Offline model resolution: the embedded default, GGUF conversion cache, local directories
+(hub ids: test_hub.py)."""
 
 import copy
 import shutil
@@ -18,15 +19,15 @@ def test_default_resolves_to_a_cached_safetensors_copy(hf_engine):
     assert "quantization_config" not in (path / "config.json").read_text()
 
 
-def test_a_local_model_directory_is_used_as_is(tmp_path):
-    (tmp_path / "config.json").write_text("{}")
-    assert resolve_model_dir(tmp_path) == tmp_path
-    assert resolve_model_dir(str(tmp_path)) == tmp_path
+def test_a_local_model_directory_is_used_as_is(tiny_models):
+    path = tiny_models["llama"]
+    assert resolve_model_dir(path) == path
+    assert resolve_model_dir(str(path)) == path
 
 
 def test_unknown_models_fail_with_a_clear_message(tmp_path):
-    with pytest.raises(ModelNotFound, match="never downloaded"):
-        resolve_model_dir("HuggingFaceTB/SmolLM2-135M-Instruct")
+    with pytest.raises(ModelNotFound, match="hub id"):
+        resolve_model_dir("no/such/folder")
     with pytest.raises(ModelNotFound, match="no config.json"):
         resolve_model_dir(tmp_path)
 

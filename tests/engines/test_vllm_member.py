@@ -148,7 +148,7 @@ def test_a_missing_vllm_is_said_before_any_actor_starts(no_vllm, tokenizer):
 
     from rstar2.engines.factory import MemberSpec, open_fleet
 
-    with pytest.raises(ImportError, match=r"pip install 'rstar2\[gpu\]'"):
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[gpu\]'"):
         open_fleet([MemberSpec(kind="vllm", ray=True)], "kv_aware", model="default",
                    dtype="float32", seed=0, tokenizer=tokenizer)
     assert not ray.is_initialized()
@@ -268,3 +268,42 @@ def test_a_vllm_serve_member_takes_weights_through_vllms_routes(stand_in, hf_eng
         assert [name for name, _ in llm.core.calls].count("resume_scheduler") == 2
     finally:
         llm.shutdown()
+
+
+@pytest.mark.parametrize("family", ["qwen2", "qwen3"])
+def test_the_adapter_serves_and_loads_weights_for_every_family(family, stand_in, tiny_models):
+    """A tiny random Qwen2.5 and Qwen3 through the adapter: the tokens of an HFEngine on the same
+    model, before and after new weights are loaded by name (Llama: the tests above)."""
+    import torch
+
+    from rstar2.agent.prompt import ChatFormat
+    from rstar2.engines.factory import model_location
+    from rstar2.engines.hf import HFEngine, HFEngineConfig
+    from rstar2.engines.vllm import VLLMEngine
+
+    path = str(tiny_models[family])
+    engine = VLLMEngine(model_location(path), dtype="float32", max_num_seqs=2)
+    reference = HFEngine(HFEngineConfig(model=path, dtype="float32", device="cpu"))
+    prompt = ChatFormat(reference.tokenizer).prompt_ids("What is 2 + 2?")
+    params = SamplingParams(temperature=0, max_tokens=12)
+    noise = torch.Generator().manual_seed(0)
+    state = {name: tensor + 0.2 * torch.randn(tensor.shape, generator=noise)
+             for name, tensor in reference.model.state_dict().items()}
+
+    async def run():
+        [before] = await engine.generate([prompt], params)
+        [expected] = await reference.generate([prompt], params)
+        await engine.update_weights(state, version=3)
+        await reference.update_weights(state)
+        [after] = await engine.generate([prompt], params)
+        [expected_after] = await reference.generate([prompt], params)
+        return before, expected, after, expected_after
+
+    try:
+        before, expected, after, expected_after = asyncio.run(run())
+    finally:
+        asyncio.run(engine.close())
+        reference.shutdown()
+    assert before.token_ids == expected.token_ids and after.token_ids == expected_after.token_ids
+    assert after.logprobs == pytest.approx(expected_after.logprobs, abs=1e-5)
+    assert after.logprobs != pytest.approx(before.logprobs, abs=1e-2) and after.weight_version == 3

@@ -21,7 +21,7 @@ def test_the_14b_recipes_say_what_they_need(stage, tmp_path, monkeypatch):
     result = CliRunner().invoke(app, ["train", str(recipe), "--set", f"runs_dir={tmp_path}"])
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit)  # no traceback
     errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and "pip install 'rstar2[gpu]'" in errors[0] and "Traceback" not in result.output
+    assert len(errors) == 1 and "pip install -e '.[gpu]'" in errors[0] and "Traceback" not in result.output
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
@@ -64,7 +64,7 @@ def test_a_logger_whose_package_is_missing_is_refused_before_any_model_loads(ver
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
     field = setting.split("=")[0]
     # the only line: before the device note, the tokenizer and the model
-    assert result.output.strip() == f"error: {field} needs the {package} package: pip install 'rstar2[{package}]'"
+    assert result.output.strip() == f"error: {field} needs the {package} package: pip install -e '.[{package}]' in the rstar2 clone"
     assert list(tmp_path.iterdir()) == []
 
 

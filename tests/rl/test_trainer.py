@@ -24,7 +24,7 @@ from rstar2.run.settings import learner_settings
 from rstar2.run.training import build_trainer
 from rstar2.sandbox import SandboxClient
 from rstar2.sft.dataset import sft_traces, split_tasks, write_problems
-from rstar2.sft.train import SFTSettings, sft_train
+from rstar2.sft.train import SFTSettings, as_sequence, sft_train
 
 STEP_KEYS = {
     "reward/accuracy", "roc/dropped_share", "tools/calls_per_rollout", "tools/error_ratio",
@@ -114,7 +114,7 @@ def test_two_steps_after_sft_change_the_weights_and_resume_continues(tmp_path, s
             return await sft_traces(splits.sft, engine.tokenizer, sandbox, config.rollout.prompt)
 
     traces = asyncio.run(make_traces())
-    sft_train(model, traces, SFTSettings(epochs=3, batch_size=8, lr=3e-4, warmup_steps=2,
+    sft_train(model, [as_sequence(t) for t in traces], SFTSettings(epochs=3, batch_size=8, lr=3e-4, warmup_steps=2,
                                          compute_dtype="bfloat16"), pad_id=engine.tokenizer.pad_token_id)
     before = snapshot(model)
     try:

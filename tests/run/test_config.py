@@ -8,6 +8,7 @@ from rstar2.demo.gsm8k import load_recipe
 from rstar2.run.config import RunConfig
 from rstar2.run.recipe import ConfigError, field_paths, load_config, read_recipe, section_type
 from rstar2.section import Section
+from rstar2.sft.config import load_sft_config
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 STAGES = [RECIPES / f"qwen3-14b-stage{n}.yaml" for n in (1, 2, 3)]
@@ -20,8 +21,11 @@ def demo_recipe() -> Path:
 
 @pytest.mark.parametrize("path", sorted(RECIPES.glob("*.yaml")), ids=lambda p: p.name)
 def test_every_recipe_validates_and_opens_with_a_comment(path):
-    if "gsm8k" in read_recipe(path):  # a pipeline recipe: its own section, then the RL run's
+    tree = read_recipe(path)
+    if "gsm8k" in tree:  # a pipeline recipe: its own section, then the RL run's
         config = load_recipe(path)[1]
+    elif "rl" not in tree:  # an `rstar2 sft` recipe
+        config = load_sft_config(path)
     else:
         config = load_config(path)
     assert config.name == path.stem

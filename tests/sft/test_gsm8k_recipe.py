@@ -13,11 +13,6 @@ from rstar2.demo.gsm8k import RECIPE, gsm8k_splits, load_recipe, run_gsm8k
 from rstar2.run.recipe import ConfigError
 
 
-@pytest.fixture
-def train_file(shared_data):
-    return str(shared_data / "gsm8k_train" / "gsm8k_train.jsonl")
-
-
 def test_recipe_has_a_pipeline_section_and_an_rl_run(tmp_path):
     settings, config = load_recipe(RECIPE, ["gsm8k.sft.epochs=2", "rl.roc.mode=off", f"runs_dir={tmp_path}"],
                                    name="mine")
@@ -30,8 +25,8 @@ def test_recipe_has_a_pipeline_section_and_an_rl_run(tmp_path):
         load_recipe(RECIPE, ["rl.group_size=1"])
 
 
-def test_splits_are_disjoint_decontaminated_and_reproducible(train_file):
-    settings, config = load_recipe(RECIPE, [f"gsm8k.train={train_file}", "gsm8k.sft_problems=300",
+def test_splits_are_disjoint_decontaminated_and_reproducible():
+    settings, config = load_recipe(RECIPE, ["gsm8k.sft_problems=300",
                                             "gsm8k.rl_problems=200", "gsm8k.eval_problems=100"])
     splits = gsm8k_splits(settings, config.seed)
     sft, rl = {p.id for p in splits.sft}, {p.id for p in splits.rl}
@@ -59,9 +54,9 @@ def test_demo_command_refuses_bad_recipes_in_one_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_recipe_runs_sft_rl_and_evaluation_on_the_real_model(tmp_path, train_file):
+def test_the_recipe_runs_sft_rl_and_evaluation_on_the_real_model(tmp_path):
     summary = run_gsm8k(RECIPE, [
-        f"runs_dir={tmp_path}", f"gsm8k.train={train_file}", "gsm8k.sft_problems=8", "gsm8k.rl_problems=4",
+        f"runs_dir={tmp_path}", "gsm8k.sft_problems=8", "gsm8k.rl_problems=4",
         "gsm8k.eval_problems=4", "gsm8k.eval_max_tokens=96", "gsm8k.sft.batch_size=8",
         "rl.steps=1", "rl.prompts_per_step=2", "rl.group_size=2", "rollout.max_response_tokens=96",
     ], name="tiny")
@@ -78,5 +73,6 @@ def test_the_recipe_runs_sft_rl_and_evaluation_on_the_real_model(tmp_path, train
     assert {"data", "sft", "rl", "eval_base", "eval_sft", "eval_final"} <= summary["phase_seconds"].keys()
     assert len((run / "data" / "gsm8k_test_eval.jsonl").read_text().splitlines()) == 4
     assert json.loads((run / "data" / "decontamination.json").read_text())["overlapping_rows"] > 0
-    assert (run / "sft" / "config.json").is_file() and (run / "final" / "config.json").is_file()
+    assert (run / "sft" / "final" / "config.json").is_file() and (run / "final" / "config.json").is_file()
+    assert (run / "sft" / "metrics.jsonl").is_file()  # the cold start is an `rstar2 sft` run
     assert (run / "config.yaml").is_file() and (run / "metrics.jsonl").is_file()

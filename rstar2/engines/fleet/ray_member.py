@@ -1,4 +1,4 @@
-"""``RayMember``: an ``HFEngine`` inside a Ray actor (``pip install 'rstar2[ray]'``).
+"""``RayMember``: an ``HFEngine`` inside a Ray actor (``pip install -e '.[ray]'``).
 
 Ray places the actor (on this machine or any node of the cluster ``ray.init`` joined) and
 tells the fleet when it dies: a call on a dead actor raises ``RayActorError``, which the member

@@ -12,8 +12,8 @@ from rstar2.engines.device import DEVICE_HELP, DeviceSetting
 class HFEngineConfig(BaseModel):
     """The embedded engine's settings."""
 
-    model: str = Field("default", description="'default' (SmolLM2-135M-Instruct), a .gguf file "
-                       "or a local model directory.")
+    model: str = Field("default", description="'default' (SmolLM2-135M-Instruct), a .gguf file, "
+                       "a local model directory or a Hugging Face hub id.")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "bfloat16", description="Weights and KV dtype. bfloat16 is the faster on CPUs with "
         "bfloat16 instructions (docs/benchmarks.md); float32 for exact log-probs.")

@@ -1,0 +1,47 @@
+"""`rstar2 sft RECIPE.yaml`: supervised fine-tuning on tool-use conversations, with dotted
+overrides and resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rstar2.cli.app import app, fail
+from rstar2.cli.options import (Overrides, RecipeDevice, Resume, RunName, announce_device,
+                                 recipe_overrides)
+
+
+@app.command()
+def sft(
+    recipe: Path = typer.Argument(..., exists=True, dir_okay=False, metavar="RECIPE", help="YAML SFT recipe, e.g. "
+                                  "recipes/qwen3-1.7b-sft.yaml."),
+    overrides: Overrides = None,
+    resume: Resume = False,
+    name: RunName = None,
+    device: RecipeDevice = None,
+) -> None:
+    """Fine-tune a model on multi-turn tool-use conversations (chat-format JSONL, docs/sft.md):
+    the loss is on the assistant's tokens only; prompts, tool outputs and template separators
+    are context.
+
+    Everything goes to runs/<name>/: config.yaml, metrics.jsonl, checkpoints/ and, at the end,
+    final/ (a model directory with its rstar2.json card, for `rstar2 train`, `chat` and `eval`).
+    """
+    from rstar2.data import DataError
+    from rstar2.engines.loading import ModelNotFound
+    from rstar2.recipe import ConfigError
+    from rstar2.rl.checkpoint import RunExists
+    from rstar2.sft.config import load_sft_config
+    from rstar2.sft.run import run_sft
+
+    try:
+        config = load_sft_config(recipe, recipe_overrides(overrides, name, device))
+    except ConfigError as error:
+        fail(error)
+    announce_device(config.model.device)
+    try:
+        final = run_sft(config, resume=resume)
+    except (RunExists, DataError, ModelNotFound) as error:
+        fail(error)
+    typer.echo(f"done: metrics in {config.run_dir / 'metrics.jsonl'}, trained model in {final}")

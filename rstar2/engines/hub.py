@@ -1,0 +1,84 @@
+"""Models named by their Hugging Face hub id, found in (or fetched into) the standard HF cache.
+
+    path = hub_snapshot("Qwen/Qwen3-1.7B", weights=True)          # .../snapshots/<commit>
+    path = hub_snapshot("Qwen/Qwen3-1.7B@a1b2c3d", weights=False)   # tokenizer and config only
+
+This is what transformers and vLLM do with a hub id, through ``huggingface_hub`` itself: the
+files land in ``HF_HUB_CACHE`` (``~/.cache/huggingface/hub``) as ``models--org--name/
+snapshots/<commit>/`` with ``refs/<branch>`` naming the commit, so a model downloaded by either
+of them is found here and the other way round. ``@REVISION`` pins a branch, tag or commit
+(default ``main``); ``HF_HUB_OFFLINE=1`` never touches the network and uses the cache alone;
+``HF_TOKEN`` (or ``hf auth login``) opens gated and private models.
+
+Only what rstar2 loads is fetched: the config, the tokenizer files and, when ``weights``, the
+safetensors shards (a repo's ``.bin``, ``.pth``, ``.gguf`` and ONNX copies are skipped). Every
+way this can fail -- no such model, a gated model without access, an unknown revision, offline
+and not cached, the hub unreachable -- is one ``ModelNotFound`` line that says what to do.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>[\w./-]+))?$")
+"""``org/name`` with an optional ``@revision``; a local path that exists is never read as one."""
+CONFIG_FILES = ("config.json", "generation_config.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model",
+                   "chat_template.jinja", "chat_template.json")
+WEIGHT_FILES = ("*.safetensors", "model.safetensors.index.json")
+
+
+class ModelNotFound(ValueError):
+    """The model spec names nothing loadable on this machine (the message says why and what
+    to do)."""
+
+
+def split_hub_id(spec: str) -> tuple[str, str | None] | None:
+    """``(repo_id, revision)`` when ``spec`` has the shape of a hub id, else None."""
+    match = HUB_ID.match(spec)
+    return (match["repo"], match["revision"]) if match else None
+
+
+def hub_snapshot(spec: str, weights: bool = True) -> Path:
+    """The local snapshot directory of hub id ``spec`` (module docstring)."""
+    from huggingface_hub import constants
+
+    repo, revision = split_hub_id(spec) or (None, None)
+    if repo is None:
+        raise ModelNotFound(f"{spec!r} is not a Hugging Face hub id (org/name[@revision])")
+    # The cache location and offline switch are part of the key: tests (and users) change them.
+    return cached_snapshot(repo, revision, weights, constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE)
+
+
+@functools.lru_cache(maxsize=32)
+def cached_snapshot(repo: str, revision: str | None, weights: bool, cache: str, offline: bool) -> Path:
+    """One resolution per process and request: a command asks for its model several times
+    (tokenizer, weights, card), and each online ask is a round trip to the hub."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError,
+                                        RepositoryNotFoundError, RevisionNotFoundError)
+
+    patterns = [*CONFIG_FILES, *TOKENIZER_FILES, *(WEIGHT_FILES if weights else ())]
+    named = f"{repo}@{revision}" if revision else repo
+    try:
+        return Path(snapshot_download(repo, revision=revision, allow_patterns=patterns))
+    except GatedRepoError:
+        raise ModelNotFound(f"{named} is a gated model: accept its terms on "
+                            f"https://huggingface.co/{repo} and log in (hf auth login, or set "
+                            "HF_TOKEN)") from None
+    except RepositoryNotFoundError:
+        raise ModelNotFound(f"{named}: no such model on the Hugging Face hub (check the name; "
+                            "a private model needs hf auth login or HF_TOKEN)") from None
+    except RevisionNotFoundError:
+        raise ModelNotFound(f"{named}: the model has no revision {revision!r}") from None
+    except LocalEntryNotFoundError:
+        why = "HF_HUB_OFFLINE is set" if offline else "the hub cannot be reached"
+        raise ModelNotFound(f"{named} is not in the Hugging Face cache ({cache}) and {why}: "
+                            f"download it where there is a network (hf download {named}) "
+                            "or point HF_HUB_CACHE at a cache that holds it") from None
+    except HfHubHTTPError as error:
+        raise ModelNotFound(f"{named}: the hub answered {error.response.status_code}: "
+                            f"{str(error).splitlines()[0]}") from None
