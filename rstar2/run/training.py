@@ -29,9 +29,10 @@ from rstar2.agent.card import ModelCard, new_card
 from rstar2.agent.prompt import ChatFormat
 from rstar2.agent.rollout import CodeRunner
 from rstar2.data import DataError
+from rstar2.data.benchmarks import benchmark_path
 from rstar2.data.problems import Problem, read_problems
 from rstar2.engines.base import TrainableEngine
-from rstar2.engines.loading import load_tokenizer
+from rstar2.engines.loading import load_tokenizer, loadable_model_dir
 from rstar2.reward import Grader
 from rstar2.rl.checkpoint import check_run_dir
 from rstar2.rl.learner import Learner
@@ -70,6 +71,7 @@ async def run_training(config: RunConfig, placement: Placement, *, resume: bool 
     console = console or Console()
     placement.check()
     check_run_dir(config.run_dir, resume)
+    loadable_model_dir(config.model.path)  # a missing, gated or unsupported model: before anything
     tokenizer = load_tokenizer(config.model.path)
     problems = training_problems(config, tokenizer)  # bad data is refused before anything is written
     config.run_dir.mkdir(parents=True, exist_ok=True)
@@ -111,7 +113,7 @@ def run_card(config: RunConfig, trained_by: str) -> ModelCard:
 def training_problems(config: RunConfig, tokenizer) -> list[Problem]:
     """The training set: ``data.train``, cut to ``data.keep_ids`` when given, without problems
     whose prompt exceeds ``data.max_prompt_tokens``."""
-    problems = read_problems(config.data.train)
+    problems = read_problems(benchmark_path(config.data.train))
     if config.data.keep_ids:
         if not Path(config.data.keep_ids).is_file():
             raise DataError(f"data.keep_ids: {config.data.keep_ids}: no such file")

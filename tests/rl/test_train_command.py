@@ -77,5 +77,5 @@ def test_a_local_vllm_engine_without_vllm_is_refused_before_anything_is_written(
                                       "--set", "engine.kind=vllm", "--set", "engine.dtype=null"])
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
     errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and "pip install 'rstar2[gpu]'" in errors[0], result.output
+    assert len(errors) == 1 and "pip install -e '.[gpu]'" in errors[0], result.output
     assert not (tmp_path / "runs").exists()

@@ -6,7 +6,8 @@ import pytest
 
 from rstar2.demo.gsm8k import load_recipe
 from rstar2.run.config import RunConfig
-from rstar2.run.recipe import ConfigError, field_paths, load_config, read_recipe, section_type
+from rstar2.recipe import field_paths, section_type
+from rstar2.run.recipe import ConfigError, load_config, read_recipe
 from rstar2.section import Section
 from rstar2.sft.config import load_sft_config
 
