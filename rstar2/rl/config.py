@@ -83,10 +83,13 @@ class ModelConfig(Section):
     dtype: Literal["float32", "bfloat16"] = "bfloat16"
     """Dtype of the trained weights (and of AdamW's updates to them: keep float32 on CPU, where
     an update of size lr is lost in bfloat16's 8-bit mantissa)."""
-    compute_dtype: Literal["float32", "bfloat16"] = "float32"
+    compute_dtype: Literal["float32", "bfloat16", "auto"] = "float32"
     """Dtype of the forward and backward matmuls (``torch.autocast``). 'bfloat16' over float32
     weights is mixed precision: faster on CPUs with bfloat16 instructions (AVX-512-bf16, AMX;
-    docs/benchmarks.md), while the weights and their updates stay float32."""
+    docs/benchmarks.md), while the weights and their updates stay float32; on CPUs without
+    them it is several times slower. 'auto' decides at start from the CPU's instructions, or a
+    probe of a second where they do not settle it (``rstar2.engines.dtype_choice``); the run
+    prints the choice and its config.yaml records it."""
     lora: LoraConfig | None = None
     """Train LoRA adapters instead of all weights (peft); null trains everything."""
     gradient_checkpointing: bool = False
@@ -103,6 +106,9 @@ class DataConfig(Section):
     Stage 3 uses it for the hard subset (problems not solved 8/8 by the stage-2 policy)."""
     max_prompt_tokens: int = Field(2048, ge=1)
     """Problems whose prompt is longer than this are skipped (release: 2048)."""
+    shuffle: bool = True
+    """Draw the problems in a fresh seeded order each epoch; false takes them in file order
+    (a curriculum, e.g. the GSM8K recipe's easiest-first RL set)."""
 
 
 class RolloutConfig(Section):
@@ -112,11 +118,12 @@ class RolloutConfig(Section):
     ``engine_dtype`` is set), or 'vllm', vLLM that receives the weights after each step.
     'openai' servers keep their own weights and cannot be trained. The old name 'embedded'
     is read as 'hf' with a warning."""
-    engine_dtype: Literal["float32", "bfloat16"] | None = None
+    engine_dtype: Literal["float32", "bfloat16", "auto"] | None = None
     """Embedded engine: null samples from the trainer's model itself (colocated, one copy of
     the weights); a dtype gives the engine its own copy in that dtype, loaded with the new
     weights after every update, and the trainer then recomputes the old log-probs. bfloat16
-    samples faster than float32 on bfloat16-capable CPUs (docs/benchmarks.md). Not with LoRA."""
+    samples faster than float32 on bfloat16-capable CPUs (docs/benchmarks.md). 'auto' decides
+    at start, as ``model.compute_dtype`` does, for a decode step's shapes. Not with LoRA."""
     engine_device: DeviceSetting | None = None
     """Embedded engine with its own copy (``engine_dtype`` set): the device of that copy; null
     means the policy's (``model.device``). A colocated engine always runs on the policy's."""

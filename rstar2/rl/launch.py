@@ -33,7 +33,8 @@ from rstar2.data import DataError
 from rstar2.data.benchmarks import benchmark_path
 from rstar2.data.problems import Problem, read_problems
 from rstar2.engines.base import TrainableEngine
-from rstar2.engines.device import module_device
+from rstar2.engines.device import module_device, resolve_device
+from rstar2.engines.dtype_choice import ModelShapes, resolve_dtype
 from rstar2.engines.factory import EngineSpec, open_fleet, open_trainable_engine
 from rstar2.engines.loading import load_tokenizer, loadable_model_dir
 from rstar2.reward import Grader
@@ -59,6 +60,9 @@ def train(config: RunConfig, resume: bool = False, console: Console | None = Non
         check_cluster_run(config)  # before anything is written
     check_run_dir(config, resume)
     loadable_model_dir(config.model.path)  # a missing, gated or unsupported model: before anything
+    config, note = resolve_auto_dtypes(config)
+    if note:
+        console.print(note, highlight=False)
     tokenizer = load_tokenizer(config.model.path)
     problems = training_problems(config, tokenizer)  # bad data is refused before anything is written
     config.run_dir.mkdir(parents=True, exist_ok=True)
@@ -78,6 +82,32 @@ def train(config: RunConfig, resume: bool = False, console: Console | None = Non
         grader = stack.enter_context(Grader())  # one grading process per core
         asyncio.run(run_trainer(config, model, tokenizer, engine, urls, grader, problems, resume, console))
     return save_policy(model, tokenizer, config.run_dir / "final", run_card(config, "rstar2 train"))
+
+
+def resolve_auto_dtypes(config: RunConfig) -> tuple[RunConfig, str]:
+    """``config`` with ``model.compute_dtype`` and ``rollout.engine_dtype`` 'auto' made
+    concrete for this machine (``rstar2.engines.dtype_choice``), and the one line that says
+    what was chosen and why ('' when nothing was 'auto'). An engine that would hold a copy of the
+    weights in the policy's own dtype on its own device samples from the policy itself instead
+    (``engine_dtype`` null: no second copy, no recomputed log-probs), as one does with LoRA. The run's config.yaml then
+    records the choice, and a resumed run keeps it."""
+    shapes = lambda: ModelShapes.of(config.model.path)  # noqa: E731 (read only if a probe needs it)
+    device = resolve_device(config.model.device)
+    compute = resolve_dtype(config.model.compute_dtype, "train", device, shapes)
+    engine_device = resolve_device(config.rollout.engine_device or config.model.device)
+    engine = resolve_dtype(config.rollout.engine_dtype or "", "decode", engine_device, shapes,
+                           rows=config.rl.prompts_per_step * config.rl.rollouts_per_prompt)
+    model, rollout = config.model, config.rollout
+    notes = []
+    if compute is not None:
+        model = model.model_copy(update={"compute_dtype": compute.dtype})
+        notes.append(compute.note("training compute dtype"))
+    if engine is not None:
+        same_copy = engine.dtype == config.model.dtype and engine_device == device and not rollout.members
+        colocated = same_copy or config.model.lora is not None  # adapters: the engine shares the model
+        rollout = rollout.model_copy(update={"engine_dtype": None if colocated else engine.dtype})
+        notes.append(engine.note("engine dtype" + (" (samples from the policy itself)" if colocated else "")))
+    return config.model_copy(update={"model": model, "rollout": rollout}), "; ".join(notes)
 
 
 def run_card(config: RunConfig, trained_by: str) -> ModelCard:

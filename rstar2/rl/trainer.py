@@ -58,7 +58,7 @@ class Trainer:
         self.sampler = sampler
         self.problems = list(problems)
         self.console = console
-        self.order = PromptOrder(len(self.problems), config.seed)
+        self.order = PromptOrder(len(self.problems), config.seed, shuffle=config.data.shuffle)
         self.completed_steps = 0
         self.algorithm = group_algorithm(config.rl)
 
@@ -67,7 +67,8 @@ class Trainer:
         state = self.learner.restore(resume)
         if state is not None:
             self.completed_steps = state.step
-            self.order = PromptOrder(len(self.problems), self.config.seed, **state.data_position)
+            self.order = PromptOrder(len(self.problems), self.config.seed, **state.data_position,
+                                     shuffle=self.config.data.shuffle)
 
     async def run(self) -> list[dict]:
         """Train until ``rl.steps`` are complete; returns the metrics of the steps run now."""
