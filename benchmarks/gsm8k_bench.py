@@ -28,7 +28,7 @@ from rstar2.engines.loading import load_tokenizer
 from rstar2.rl.policy import load_policy
 from rstar2.sandbox import SandboxClient, local_sandbox
 from rstar2.sft.gsm8k import gsm8k_traces
-from rstar2.sft.train import as_sequence, sft_train
+from rstar2.sft.train import as_sequence, resolve_sft_dtype, sft_train
 
 
 async def build(problems, tokenizer, url, broken_share):
@@ -57,9 +57,11 @@ def main() -> None:
           f"trained {statistics.mean(sum(t.loss_mask) for t in traces):.0f}")
     if args.sft_traces:
         model = load_policy(config.model)
-        sft = settings.sft.model_copy(update={"epochs": 1})
+        sft, note = resolve_sft_dtype(settings.sft.model_copy(update={"epochs": 1}), model)
+        if note:
+            print(note)
         wall, cpu = time.perf_counter(), time.process_time()
-        losses = sft_train(model, [as_sequence(t) for t in traces[:args.sft_traces]], sft, tokenizer.pad_token_id or 0)
+        losses = sft_train(model, [as_sequence(t) for t in traces[:args.sft_traces]], sft)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         n = min(args.sft_traces, len(traces))
         print(f"SFT: {n} traces, {len(losses)} steps of {sft.batch_size}: {wall / len(losses):.1f} s wall "

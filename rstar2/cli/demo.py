@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from rstar2 import RECIPES
 from rstar2.cli.app import app, fail
-from rstar2.cli.options import RecipeDevice, announce_device
+from rstar2.cli.options import RecipeDevice, announce_device, one_of
 from rstar2.cli.train import refuse_missing_logger
 
 NAMED_RECIPES = {"cpu-demo": RECIPES / "cpu-demo.yaml", "gsm8k": RECIPES / "gsm8k-cpu.yaml"}
@@ -25,6 +25,9 @@ def demo(
                                         "e.g. --set rl.roc.mode=off --set rl.steps=20."),
     sft_model: str = typer.Option(None, "--sft-model", metavar="DIR", help="Skip the SFT and start RL from this model "
                                   "directory (an earlier demo's runs/<name>/sft/final), e.g. to compare RL settings."),
+    sft_dtype: str = typer.Option(None, "--sft-dtype", **one_of(("auto", "float32", "bfloat16"), "SFT dtype"),
+                                  help="Compute dtype of the SFT's matmuls (default: auto, chosen for "
+                                  "this CPU at start; the RL phase's is the recipe's model.compute_dtype)."),
     device: RecipeDevice = None,
 ) -> None:
     """Teach SmolLM2-135M-Instruct to solve problems with the Python tool on a CPU:
@@ -46,8 +49,13 @@ def demo(
         refuse_missing_logger(LoggingConfig.model_validate(tree.get("logging") or {}))
         announce_device(str((tree.get("model") or {}).get("device", "auto")))
         if SECTION in tree:
-            run_gsm8k(path, settings + ([f"{SECTION}.sft_model={sft_model}"] if sft_model else []), name)
+            extra = [f"{SECTION}.sft_model={sft_model}"] if sft_model else []
+            extra += [f"{SECTION}.sft.compute_dtype={sft_dtype}"] if sft_dtype else []
+            run_gsm8k(path, settings + extra, name)
         else:
-            run_demo(DemoSettings(recipe=str(path), name=name, overrides=settings, sft_model=sft_model))
+            demo_settings = DemoSettings(recipe=str(path), name=name, overrides=settings, sft_model=sft_model)
+            if sft_dtype:
+                demo_settings.sft = demo_settings.sft.model_copy(update={"compute_dtype": sft_dtype})
+            run_demo(demo_settings)
     except (FileExistsError, ConfigError, DataError, ValidationError, ModelNotFound) as error:
         fail(error)

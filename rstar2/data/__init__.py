@@ -5,7 +5,8 @@
 * ``read_problems`` / ``Problem`` -- rows checked with line-numbered errors (``problems``);
 * ``split_integer_answers`` -- keep integer-answer problems (``integer``);
 * ``find_overlaps`` -- n-gram decontamination against benchmarks (``decontaminate``);
-* ``split_by_difficulty`` -- drop problems an eval run solved in all k samples (``difficulty``);
+* ``split_by_difficulty`` -- drop problems an eval run solved in all k samples; ``split_by_pass_rate``
+  -- keep those it solved in some but not all (``difficulty``);
 * ``DataError`` -- every data problem a user can cause, with file and line.
 """
 
@@ -17,7 +18,7 @@ from rstar2.data.benchmarks import (
     split_specs,
 )
 from rstar2.data.decontaminate import DEFAULT_NGRAM, Overlap, find_overlaps, overlaps_per_benchmark
-from rstar2.data.difficulty import DifficultySplit, split_by_difficulty
+from rstar2.data.difficulty import DifficultySplit, PassRateSplit, split_by_difficulty, split_by_pass_rate
 from rstar2.data.integer import IntegerSplit, split_integer_answers
 from rstar2.data.jsonl import DataError, read_jsonl, write_jsonl
 from rstar2.data.problems import Problem, read_problems
@@ -31,6 +32,7 @@ __all__ = [
     "DifficultySplit",
     "IntegerSplit",
     "Overlap",
+    "PassRateSplit",
     "Problem",
     "find_overlaps",
     "load_benchmark",
@@ -38,6 +40,7 @@ __all__ = [
     "read_jsonl",
     "read_problems",
     "split_by_difficulty",
+    "split_by_pass_rate",
     "split_integer_answers",
     "split_specs",
     "write_jsonl",

@@ -17,9 +17,12 @@
 
 Everything lands in ``runs/<name>/``: ``data/``, the SFT run ``sft/`` (its model in
 ``sft/final/``), the final model ``final/``, the RL run's ``config.yaml``, ``metrics.jsonl``,
-``rollouts/`` and ``checkpoints/``, ``eval/{base,sft,final}/``,
-``curves.png`` and ``summary.json``. One fp32 policy is trained throughout; a bfloat16 copy in
-the embedded engine samples rollouts and answers the evaluations (weights pushed before each).
+``rollouts/`` and ``checkpoints/``, ``eval/{base,sft,final}/``, ``curves.png`` and
+``summary.json``. One fp32 policy is trained throughout; the dtypes its matmuls and the engine
+compute in are the recipe's, 'auto' (``rstar2.engines.dtype_choice``): bfloat16 autocast and a
+bfloat16 engine copy that samples rollouts and answers the evaluations (weights pushed before
+each) on CPUs with bfloat16 instructions, float32 and an engine that samples from the policy
+itself where bfloat16 would be emulated.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import yaml
 from pydantic import BaseModel, Field
 from rich.console import Console
 
@@ -49,7 +53,7 @@ from rstar2.rl.runlog import read_metrics
 from rstar2.run.config import RunConfig
 from rstar2.run.placement import LocalPlacement, rollout_engine
 from rstar2.run.recipe import load_config
-from rstar2.run.training import run_training
+from rstar2.run.training import resolve_auto_dtypes, run_training
 from rstar2.sandbox import SandboxClient, local_sandbox
 from rstar2.sft.config import AgentFormat, SFTConfig, SFTDataConfig, SFTModelConfig, SFTTraining
 from rstar2.sft.dataset import sft_traces, split_tasks, write_problems, write_traces
@@ -70,8 +74,7 @@ class DemoSettings(BaseModel):
                                     "call fails and is fixed.")
     rl_problems: int = Field(400, ge=1, description="RL training problems (hard).")
     heldout_problems: int = Field(60, ge=2, description="Held-out problems, half basic, half hard.")
-    sft: SFTSettings = Field(default_factory=lambda: SFTSettings(
-        epochs=1, batch_size=8, lr=1e-4, warmup_steps=3, compute_dtype="bfloat16"))
+    sft: SFTSettings = Field(default_factory=lambda: SFTSettings(epochs=1, batch_size=8, lr=1e-4, warmup_steps=3))
     sft_model: str | None = Field(None, description="Skip the SFT: start RL from this model directory "
                                   "(an earlier demo's sft/final), e.g. to compare RL settings from one start.")
     eval_max_tokens: int = Field(320, ge=16, description="Token budget of a held-out answer.")
@@ -93,27 +96,42 @@ class Phase(BaseModel):
 
 def run_demo(settings: DemoSettings, console: Console | None = None) -> dict:
     """Run the whole demo (module docstring); returns the summary also written to summary.json."""
-    config = demo_config(settings)
+    console = console or Console()
+    config = machine_dtypes(demo_config(settings), console)
     return run_pipeline(config, lambda url, grader, out: phases(settings, config, url, grader, out), console)
+
+
+def machine_dtypes(config: RunConfig, console: Console) -> RunConfig:
+    """``config`` with its 'auto' dtypes made concrete for this machine, the choice printed in
+    one line (the RL run's config then records it)."""
+    config, note = resolve_auto_dtypes(config)
+    if note:
+        console.print(note, highlight=False)
+    return config
 
 
 def run_pipeline(config: RunConfig, run_phases: Callable[[str, Grader, Console], Awaitable[dict]],
                  console: Console | None = None) -> dict:
-    """Around ``run_phases(sandbox_url, grader, console)``: a fresh run folder, a private sandbox
-    and a grader; the summary it returns, with the wall time, goes to summary.json and the
-    closing note (shared by ``rstar2 demo`` and its GSM8K recipe, ``rstar2.demo.gsm8k``)."""
+    """Around ``run_phases(sandbox_url, grader, console)``: a fresh run folder holding the RL
+    run's config.yaml, a private sandbox and a grader; the summary it returns, with the wall
+    time and the dtypes, goes to summary.json and the closing note (shared by ``rstar2 demo``
+    and its GSM8K recipe, ``rstar2.demo.gsm8k``)."""
     console = console or Console()
     started = time.perf_counter()
     run_dir = config.run_dir
     if (run_dir / "summary.json").exists() or (run_dir / "checkpoints").exists():
         raise FileExistsError(f"{run_dir} holds an earlier demo; pass --name to start another")
     loadable_model_dir(config.model.path)  # a missing or unsupported model: before the sandbox starts
+    run_dir.mkdir(parents=True, exist_ok=True)  # the RL run's resolved config, dtypes included
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
     with contextlib.ExitStack() as stack:
         url = stack.enter_context(local_sandbox(workers=config.sandbox.workers,
                                                 timeout_s=config.rollout.tool_timeout_s))
         grader = stack.enter_context(Grader())  # one grading process per core
         summary = asyncio.run(run_phases(url, grader, console))
     summary["wall_time_s"] = time.perf_counter() - started
+    summary["dtypes"] = {"training": config.model.compute_dtype,
+                         "engine": config.engine.dtype or f"{config.model.dtype} (the policy itself)"}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     console.print(closing_note(summary, run_dir))
     return summary
@@ -152,13 +170,14 @@ async def phases(settings: DemoSettings, config: RunConfig, url: str, grader: Gr
 
 
 async def train_and_evaluate(settings, config: RunConfig, tokenizer, sandbox, url: str, grader: Grader,
-                             traces: Path, heldout: Path, timings: dict[str, float],
-                             console: Console) -> dict:
+                             traces: Path, heldout: Path, timings: dict[str, float], console: Console,
+                             before_rl: Callable[[Evaluator], Awaitable[None]] | None = None) -> dict:
     """Evaluate the base model, SFT on the conversations in ``traces`` (``run_sft``), evaluate,
     GRPO-RoC on ``config.data.train`` (``run_training``, on the sandbox at ``url``), evaluate
     (the base and the SFT are skipped with ``settings.sft_model``); ``settings`` has ``sft``,
     ``sft_model``, ``eval_max_tokens`` and ``eval_max_turns`` (``DemoSettings`` or the GSM8K
-    recipe's)."""
+    recipe's). ``before_rl(evaluator)`` runs after the SFT's evaluation, with the engine holding
+    the SFT model's weights (the GSM8K recipe picks its RL problems there)."""
     run_dir = config.run_dir
     model = load_policy(config.model)
     engine = rollout_engine(config, model, tokenizer)
@@ -174,6 +193,8 @@ async def train_and_evaluate(settings, config: RunConfig, tokenizer, sandbox, ur
             losses = [row["sft/loss"] for row in read_metrics(cold_start.run_dir)]
             timings["sft"] = time.perf_counter() - clock
         sft = await evaluate("sft", model)
+        if before_rl is not None:
+            await before_rl(evaluate)
         clock = time.perf_counter()
         placement = LocalPlacement(config, model=model, engine=engine, sandbox_urls=[url])
         await run_training(config, placement, console=console, grader=grader,
@@ -271,13 +292,18 @@ def closing_note(summary: dict, run_dir: Path) -> str:
                        for k, v in held.items())
     err = summary["rl_tool_error_in_positives_first_last"]
     err_text = f"{err[0]:.3f} -> {err[1]:.3f}" if err else "n/a"
-    return (
-        f"\n[bold]{summary.get('evaluated_on', 'held-out')} accuracy[/] (95% CI): {accuracy}\n"
-        f"tool-call rate: {calls}\ntool-error ratio (all calls / in correct answers): {errors}\n"
-        f"RL: {summary['rl_steps']} steps, {summary['rl_seconds_per_step']:.1f} s/step, "
-        f"tool-error ratio in correct rollouts {err_text}\n"
-        f"wall time {summary['wall_time_s'] / 60:.1f} min (seconds: "
-        f"{', '.join(f'{phase} {seconds:.0f}' for phase, seconds in summary['phase_seconds'].items())})\n"
-        f"run folder {run_dir}: curves.png, summary.json, metrics.jsonl, rollouts/, eval/*/results.md, "
-        f"models sft/ and final/ (rstar2 chat --model {run_dir / 'final'})"
-    )
+    lines = [f"\n[bold]{summary.get('evaluated_on', 'held-out')} accuracy[/] (95% CI): {accuracy}",
+             f"tool-call rate: {calls}", f"tool-error ratio (all calls / in correct answers): {errors}"]
+    gain, signal = summary.get("rl_vs_sft"), summary.get("rl_groups_with_signal_per_step")
+    if gain:
+        lines.append(f"SFT+RL - SFT: {100 * gain['difference']:+.1f} points [{100 * gain['ci'][0]:+.1f}, "
+                     f"{100 * gain['ci'][1]:+.1f}] (paired bootstrap over {gain['problems']} problems)")
+    lines.append(f"RL: {summary['rl_steps']} steps, {summary['rl_seconds_per_step']:.1f} s/step, "
+                 f"tool-error ratio in correct rollouts {err_text}")
+    if signal:
+        lines.append(f"RL groups with signal per step: {', '.join(f'{share:.0%}' for share in signal)}")
+    seconds = ", ".join(f"{phase} {value:.0f}" for phase, value in summary["phase_seconds"].items())
+    lines += [f"wall time {summary['wall_time_s'] / 60:.1f} min (seconds: {seconds})",
+              f"run folder {run_dir}: curves.png, summary.json, metrics.jsonl, rollouts/, eval/*/results.md, "
+              f"models sft/ and final/ (rstar2 chat --model {run_dir / 'final'})"]
+    return "\n".join(lines)

@@ -172,11 +172,12 @@ class RolloutEngineConfig(Section):
     this process (CPU or one GPU, colocated unless ``dtype`` is set), or 'vllm', vLLM that
     receives the weights after each step. 'openai' servers keep their own weights and cannot be
     trained. The old name 'embedded' is read as 'hf' with a warning."""
-    dtype: Literal["float32", "bfloat16"] | None = None
+    dtype: Literal["float32", "bfloat16", "auto"] | None = None
     """'hf': null samples from the trainer's model itself (colocated, one copy of the weights);
     a dtype gives the engine its own copy in that dtype, loaded with the new weights after every
     update, and the trainer then recomputes the old log-probs. bfloat16 samples faster than
-    float32 on bfloat16-capable CPUs (docs/benchmarks.md). Not with LoRA. Fleet members and
+    float32 on bfloat16-capable CPUs (docs/benchmarks.md). 'auto' decides at start, as
+    ``model.compute_dtype`` does, for a decode step's shapes. Not with LoRA. Fleet members and
     'vllm' load their copy in this dtype (null: ``model.dtype``)."""
     device: DeviceSetting | None = None
     """'hf' with its own copy (``dtype`` set): the device of that copy; null means the

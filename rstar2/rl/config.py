@@ -46,10 +46,13 @@ class ModelConfig(Section):
     dtype: Literal["float32", "bfloat16"] = "bfloat16"
     """Dtype of the trained weights (and of AdamW's updates to them: keep float32 on CPU, where
     an update of size lr is lost in bfloat16's 8-bit mantissa)."""
-    compute_dtype: Literal["float32", "bfloat16"] = "float32"
+    compute_dtype: Literal["float32", "bfloat16", "auto"] = "float32"
     """Dtype of the forward and backward matmuls (``torch.autocast``). 'bfloat16' over float32
     weights is mixed precision: faster on CPUs with bfloat16 instructions (AVX-512-bf16, AMX;
-    docs/benchmarks.md), while the weights and their updates stay float32."""
+    docs/benchmarks.md), while the weights and their updates stay float32; on CPUs without
+    them it is several times slower. 'auto' decides at start from the CPU's instructions, or a
+    probe of a second where they do not settle it (``rstar2.engines.dtype_choice``); the run
+    prints the choice and its config.yaml records it."""
     lora: LoraConfig | None = None
     """Train LoRA adapters instead of all weights (peft); null trains everything."""
     gradient_checkpointing: bool = False

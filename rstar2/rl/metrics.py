@@ -3,9 +3,11 @@
     metrics = step_metrics(groups, decisions, stats, grad_norm, lr, timings)
 
 Names are ``section/quantity``. Over every sampled rollout: ``reward/accuracy`` (share
-correct), ``tools/*`` and ``roc/*_penalty_mean`` (``roc.rollout_metrics``, the penalties by the
-mode's rules; the paper's Fig. 4 quantity is ``tools/error_ratio_in_positives``),
-``tools/call_rate`` (share of rollouts with a call), ``response/length_mean|max`` (response tokens, tool responses included) and
+correct: the step's pass rate), ``reward/groups_with_signal`` (share of prompts with at least
+one correct and one wrong rollout, the groups GRPO can learn from), ``tools/*`` and
+``roc/*_penalty_mean`` (``roc.rollout_metrics``, the penalties by the mode's rules; the paper's
+Fig. 4 quantity is ``tools/error_ratio_in_positives``), ``tools/call_rate`` (share of rollouts
+with a call), ``response/length_mean|max`` (response tokens, tool responses included) and
 ``response/truncated_ratio``. Over the kept rollouts, the ones the update saw: ``reward/mean`` (absent when RoC kept none).
 Then RoC's group counts (``roc.decision_counts``), the loss stats of the update (entropy, clip
 fractions, ...), ``train/grad_norm``, ``train/lr`` and ``time/*`` seconds by phase. The trainer
@@ -53,6 +55,8 @@ def step_metrics(
     n = max(len(rollouts), 1)
     metrics = {
         "reward/accuracy": sum(f.reward for f in facts) / n,
+        "reward/groups_with_signal": sum(
+            len({r.facts.reward for r in group}) > 1 for group in groups) / max(len(groups), 1),
         "tools/call_rate": sum(f.tool_calls > 0 for f in facts) / n,
         **rollout_metrics(facts, decisions),
         "response/length_mean": sum(lengths) / n,

@@ -7,6 +7,8 @@
 
 Each epoch is a fresh permutation determined by (seed, epoch) alone, so the position is all
 that needs saving; a batch that runs past the end of an epoch continues into the next one.
+With ``shuffle=False`` every epoch takes the prompts in their given order (a curriculum whose
+file lists the easiest problems first).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import numpy as np
 
 
 class PromptOrder:
-    def __init__(self, num_prompts: int, seed: int, epoch: int = 0, offset: int = 0):
+    def __init__(self, num_prompts: int, seed: int, epoch: int = 0, offset: int = 0, shuffle: bool = True):
         if num_prompts < 1:
             raise ValueError("no training prompts")
         if not 0 <= offset < num_prompts:
@@ -24,8 +26,11 @@ class PromptOrder:
         self.seed = seed
         self.epoch = epoch
         self.offset = offset
+        self.shuffle = shuffle
 
     def permutation(self, epoch: int) -> np.ndarray:
+        if not self.shuffle:
+            return np.arange(self.num_prompts)
         return np.random.default_rng([self.seed, epoch]).permutation(self.num_prompts)
 
     def next_batch(self, size: int) -> list[int]:

@@ -36,6 +36,7 @@ LOGGER_PACKAGES = {
 
 CONSOLE_FIELDS = (
     ("reward/accuracy", "acc", "{:.2f}"),
+    ("reward/groups_with_signal", "signal", "{:.2f}"),
     ("reward/mean", "reward", "{:.2f}"),
     ("tools/call_rate", "calls", "{:.2f}"),
     ("tools/error_ratio_in_positives", "err+", "{:.3f}"),
@@ -45,6 +46,7 @@ CONSOLE_FIELDS = (
     ("train/grad_norm", "|g|", "{:.2f}"),
     ("sft/loss", "loss", "{:.3f}"),
     ("sft/lr", "lr", "{:.1e}"),
+    ("sft/sequences_per_s", "seq/s", "{:.2f}"),
     ("time/step", "s", "{:.1f}"),
 )
 

@@ -60,6 +60,8 @@ class TrainerSettings:
     """Seeds the prompt order, the rollouts' sampling streams and RoC's draws."""
     rl: RLConfig
     """The algorithm: steps, batch sizes, RoC, the loss."""
+    shuffle: bool
+    """A fresh seeded prompt order each epoch, else the problems' own order (a curriculum)."""
     checkpoint: CheckpointConfig
     """How often the learner is asked to checkpoint."""
     logging: LoggingConfig
@@ -79,7 +81,7 @@ class Trainer:
         self.sampler = sampler
         self.problems = list(problems)
         self.console = console
-        self.order = PromptOrder(len(self.problems), config.seed)
+        self.order = PromptOrder(len(self.problems), config.seed, shuffle=config.shuffle)
         self.completed_steps = 0
         self.algorithm = group_algorithm(config.rl)
 
@@ -88,7 +90,8 @@ class Trainer:
         state = self.learner.restore(resume)
         if state is not None:
             self.completed_steps = state.step
-            self.order = PromptOrder(len(self.problems), self.config.seed, **state.data_position)
+            self.order = PromptOrder(len(self.problems), self.config.seed, **state.data_position,
+                                     shuffle=self.config.shuffle)
 
     async def run(self) -> list[dict]:
         """Train until ``rl.steps`` are complete; returns the metrics of the steps run now."""

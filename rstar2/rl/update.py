@@ -44,9 +44,12 @@ class UpdateSettings:
 
 
 def autocast(model: torch.nn.Module, compute_dtype: str):
-    """The mixed-precision context of ``compute_dtype`` on the model's device (none for float32)."""
-    if compute_dtype != "bfloat16":
+    """The mixed-precision context of ``compute_dtype`` on the model's device (none for float32;
+    'auto' must have been made concrete first, ``rstar2.engines.dtype_choice``)."""
+    if compute_dtype == "float32":
         return contextlib.nullcontext()
+    if compute_dtype != "bfloat16":
+        raise ValueError(f"compute dtype must be float32 or bfloat16 here, not {compute_dtype!r}")
     return torch.autocast(module_device(model).type, dtype=torch.bfloat16)
 
 

@@ -36,6 +36,9 @@ class DataConfig(Section):
     Stage 3 uses it for the hard subset (problems not solved 8/8 by the stage-2 policy)."""
     max_prompt_tokens: int = Field(2048, ge=1)
     """Problems whose prompt is longer than this are skipped (release: 2048)."""
+    shuffle: bool = True
+    """Draw the problems in a fresh seeded order each epoch; false takes them in file order
+    (a curriculum, e.g. the GSM8K recipe's easiest-first RL set)."""
 
 
 class SandboxConfig(Section):

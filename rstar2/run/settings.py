@@ -23,6 +23,7 @@ from rstar2.run.config import RunConfig
 def trainer_settings(config: RunConfig) -> TrainerSettings:
     """The step loop's settings; the whole config goes along for the metric sinks."""
     return TrainerSettings(run_dir=config.run_dir, seed=config.seed, rl=config.rl,
+                           shuffle=config.data.shuffle,
                            checkpoint=config.checkpoint, logging=config.logging,
                            recipe=config.model_dump())
 

@@ -32,6 +32,8 @@ from rstar2.data import DataError
 from rstar2.data.benchmarks import benchmark_path
 from rstar2.data.problems import Problem, read_problems
 from rstar2.engines.base import TrainableEngine
+from rstar2.engines.device import resolve_device
+from rstar2.engines.dtype_choice import ModelShapes, resolve_dtype
 from rstar2.engines.loading import load_tokenizer, loadable_model_dir
 from rstar2.reward import Grader
 from rstar2.rl.checkpoint import check_run_dir
@@ -48,8 +50,37 @@ def train(config: RunConfig, resume: bool = False, console: Console | None = Non
     """Run (or continue) the training ``config`` describes, placed where its ``cluster:``
     section says (this process without one); returns the final model directory."""
     console = console or Console()
+    config, note = resolve_auto_dtypes(config)
+    if note:
+        console.print(note, highlight=False)
     return asyncio.run(run_training(config, placement_for(config, console), resume=resume,
                                     console=console))
+
+
+def resolve_auto_dtypes(config: RunConfig) -> tuple[RunConfig, str]:
+    """``config`` with ``model.compute_dtype`` and ``engine.dtype`` 'auto' made concrete for
+    this machine (``rstar2.engines.dtype_choice``), and the one line that says what was chosen
+    and why ('' when nothing was 'auto'). An engine that would hold a copy of the weights in
+    the policy's own dtype on its own device samples from the policy itself instead (no second
+    copy, no recomputed log-probs), as one does with LoRA. The run's config.yaml then records
+    the choice, and a resumed run keeps it."""
+    shapes = lambda: ModelShapes.of(config.model.path)  # noqa: E731 (read only if a probe needs it)
+    device = resolve_device(config.model.device)
+    compute = resolve_dtype(config.model.compute_dtype, "train", device, shapes)
+    engine_device = resolve_device(config.engine.device or config.model.device)
+    chosen = resolve_dtype(config.engine.dtype or "", "decode", engine_device, shapes,
+                           rows=config.rl.prompts_per_step * config.rl.rollouts_per_prompt)
+    model, engine = config.model, config.engine
+    notes = []
+    if compute is not None:
+        model = model.model_copy(update={"compute_dtype": compute.dtype})
+        notes.append(compute.note("training compute dtype"))
+    if chosen is not None:
+        same_copy = chosen.dtype == config.model.dtype and engine_device == device and not engine.members
+        colocated = same_copy or config.model.lora is not None  # adapters: the engine shares the model
+        engine = engine.model_copy(update={"dtype": None if colocated else chosen.dtype})
+        notes.append(chosen.note("engine dtype" + (" (samples from the policy itself)" if colocated else "")))
+    return config.model_copy(update={"model": model, "engine": engine}), "; ".join(notes)
 
 
 def placement_for(config: RunConfig, console: Console) -> Placement:

@@ -1,21 +1,25 @@
 """Cold-start traces from GSM8K's calculator annotations, played through the real agent loop.
 
     task = gsm8k_task(problem)                   # raises AnnotationError when it cannot be made
-    built = await gsm8k_traces(problems, tokenizer, sandbox, prompt, broken_share=0.1, seed=0)
+    built = await gsm8k_traces(problems, tokenizer, sandbox, prompt, broken_share=0.0, seed=0)
     built.traces, built.kept, built.dropped      # dropped: Counter of reasons
     write_gsm8k_conversations("gsm8k_train", Path("traces.jsonl"), limit=2000)   # rstar2 data sft-traces
 
-GSM8K solutions mark every computation, e.g. ``48/2 = <<48/2=24>>24 clips in May``. One trace
-per problem:
+GSM8K solutions mark every computation, e.g. ``48/2 = <<48/2=24>>24 clips in May``. One short
+trace per problem: the program and the answer, no paraphrase of the solution (every token of
+a trace is paid again in each SFT forward and backward pass, and in every rollout RL samples):
 
-* ``<reason>``: the solution's own sentences with the ``<<...>>`` marks removed;
-* one tool call whose program computes the annotated steps in order, each into a variable named
-  from the words around it (``clips_may = 48 / 2``); a number in a later step equal to an
-  earlier step's result (and not given in the problem) becomes that step's variable, so the
-  program chains its own values instead of copying the annotator's; it ends with
-  ``print(round(last))``: every GSM8K answer is an integer (the report's RL data rule) and
-  ``round`` hides float noise such as ``0.30000000000000004``;
+* an empty ``<reason>``, then one tool call whose program computes the annotated steps in
+  order, each into a variable named from the words around it (``clips_may = 48 / 2``): the
+  names are the plan; a number in a later step equal to an earlier step's result (and not given
+  in the problem) becomes that step's variable, so the program chains its own values instead of
+  copying the annotator's; it ends with ``print(round(last))``: every GSM8K answer is an
+  integer (the report's RL data rule) and ``round`` hides float noise such as
+  ``0.30000000000000004``;
 * the sandbox's real output, then ``<answer>\\boxed{N}</answer>`` with the gold N.
+
+A number-substitution variant (``rstar2.sft.gsm8k_variants``) carries its program in
+``row['program']`` and its sandbox-computed gold as its answer; its trace is made the same way.
 
 The trace is built by ``rstar2.sft.traces.make_trace`` (a scripted engine inside the agent
 loop), so its prompt, tokens, tool-response turn and loss mask are exactly the agent's. A trace
@@ -33,7 +37,7 @@ import builtins
 import keyword
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -175,32 +179,42 @@ def program(steps: Sequence[Step]) -> str:
     return "\n".join([*lines, f"print(round({steps[-1].name}))"])
 
 
-def reason_text(solution: str) -> str:
-    """The solution's sentences without the annotations, as one paragraph."""
-    body = ANNOTATION.sub("", solution.split("####", 1)[0])
-    return " ".join(line.strip() for line in body.splitlines() if line.strip())
-
-
 def gsm8k_task(problem: Problem) -> Task:
-    """The scripted task of one GSM8K row (``problem.row['solution']`` holds the annotations)."""
-    solution = problem.row.get("solution")
-    if not solution:
-        raise AnnotationError("no_annotation", "the row has no 'solution'")
-    code = program(solution_steps(problem.problem, solution))
+    """The scripted task of one GSM8K row: its program from ``row['program']`` (a variant's)
+    or from the annotations in ``row['solution']``; no reasoning text (a short trace)."""
+    code = problem.row.get("program")
+    if code is None:
+        solution = problem.row.get("solution")
+        if not solution:
+            raise AnnotationError("no_annotation", "the row has no 'solution'")
+        code = program(solution_steps(problem.problem, solution))
     return Task(family="gsm8k", level="basic", key=problem.id, question=problem.problem, code=code,
-                answer=int(problem.answer), reason=reason_text(solution))
+                answer=int(problem.answer), reason="")
+
+
+def step_count(problem: Problem) -> int | None:
+    """How many computations the problem's solution makes (a variant's, its original's); None
+    when it has no program. Fewer steps, easier problem: the RL curriculum's order."""
+    if "steps" in problem.row:
+        return int(problem.row["steps"])
+    try:
+        return len(solution_steps(problem.problem, problem.row.get("solution") or ""))
+    except AnnotationError:
+        return None
 
 
 async def gsm8k_traces(problems: Sequence[Problem], tokenizer, runner: CodeRunner, prompt: PromptConfig,
-                       broken_share: float = 0.0, seed: int = 0, concurrency: int = 64) -> BuiltTraces:
+                       broken_share: float = 0.0, seed: int = 0, concurrency: int = 64,
+                       on_done: Callable[[], None] | None = None) -> BuiltTraces:
     """One trace per problem that yields one, in input order; a seeded ``broken_share`` of them
     first run a broken program and fix it (as the demo's). Drop reasons: ``no_annotation``,
-    ``invalid_annotation``, ``output_not_gold``."""
+    ``invalid_annotation``, ``output_not_gold``. ``on_done()`` is called as each problem is
+    finished (a progress bar)."""
     rng = np.random.default_rng([seed, 1])
     variants = [int(rng.integers(2)) if rng.random() < broken_share else None for _ in problems]
     limit = asyncio.Semaphore(concurrency)
 
-    async def one(problem: Problem, variant: int | None) -> Trajectory | str:
+    async def attempt(problem: Problem, variant: int | None) -> Trajectory | str:
         try:
             task = gsm8k_task(problem)
         except AnnotationError as error:
@@ -210,6 +224,12 @@ async def gsm8k_traces(problems: Sequence[Problem], tokenizer, runner: CodeRunne
                 return await make_trace(task, tokenizer, runner, prompt, variant)
             except TraceError:
                 return "output_not_gold"
+
+    async def one(problem: Problem, variant: int | None) -> Trajectory | str:
+        outcome = await attempt(problem, variant)
+        if on_done is not None:
+            on_done()
+        return outcome
 
     built = BuiltTraces()
     outcomes = await asyncio.gather(*(one(p, v) for p, v in zip(problems, variants)))

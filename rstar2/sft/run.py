@@ -8,9 +8,10 @@ Contract, in order:
 2. the model is resolved (a hub id fetched) and checked, and every conversation is read,
    checked and tokenised (``rstar2.sft.chat``) -- a malformed row, an unloadable model or an
    unsupported architecture is one error *before anything is written*;
-3. ``<run>/config.yaml`` records the resolved recipe; every optimizer step appends a line to
-   ``metrics.jsonl`` (``sft/loss``, ``sft/lr``, ``sft/tokens``, ``time/step``) and prints a
-   progress line, as ``rstar2 train`` does;
+3. ``train.compute_dtype`` 'auto' is made concrete for the machine (printed in one line);
+   ``<run>/config.yaml`` records the resolved recipe, that choice included; every optimizer
+   step appends a line to ``metrics.jsonl`` (``sft/loss``, ``sft/lr``, ``sft/tokens``,
+   ``sft/sequences_per_s``, ``time/step``) and prints a progress line, as ``rstar2 train`` does;
 4. a checkpoint (weights, AdamW, schedule, RNGs; ``rstar2.rl.checkpoint``, atomic, written in
    the background) every ``checkpoint.every_steps`` steps and at the last (an RL recipe can
    start from it: ``rl.init.checkpoint``, weights only with ``reset_optimizer``); ``resume`` restores
@@ -42,7 +43,7 @@ from rstar2.rl.policy import load_policy, save_policy
 from rstar2.rl.runlog import RunLog
 from rstar2.sft.chat import conversation_sequence, read_conversations
 from rstar2.sft.config import SFTConfig
-from rstar2.sft.train import sft_batches, sft_optimizer, sft_train
+from rstar2.sft.train import resolve_sft_dtype, sft_batches, sft_optimizer, sft_train
 
 
 def run_sft(config: SFTConfig, resume: bool = False, console: Console | None = None, model=None,
@@ -56,9 +57,13 @@ def run_sft(config: SFTConfig, resume: bool = False, console: Console | None = N
         loadable_model_dir(config.model.path)
     tokenizer = load_tokenizer(config.model.path)
     sequences = training_sequences(config, ChatFormat(tokenizer, config.agent.prompt_config), console)
+    model = model if model is not None else load_policy(config.model.policy())
+    train, note = resolve_sft_dtype(config.train, model)
+    if note:
+        console.print(note, highlight=False)
+    config = config.model_copy(update={"train": train})
     config.run_dir.mkdir(parents=True, exist_ok=True)
     (config.run_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
-    model = model if model is not None else load_policy(config.model.policy())
     optimizer, scheduler = sft_optimizer(model, config.train)
     checkpoints = config.run_dir / "checkpoints"
     start = 0
@@ -80,13 +85,13 @@ def run_sft(config: SFTConfig, resume: bool = False, console: Console | None = N
         now = time.perf_counter()
         tokens = sum(sequences[i].loss_tokens for i in batches[step - 1])
         log.step(step, {"sft/loss": loss, "sft/lr": scheduler.get_last_lr()[0], "sft/tokens": tokens,
-                        "time/step": now - clock[0]})
+                        "sft/sequences_per_s": len(batches[step - 1]) / (now - clock[0]), "time/step": now - clock[0]})
         clock[0] = now
         if step % config.checkpoint.every_steps == 0 or step == total:
             writer.submit(step, model, optimizer, scheduler, {"step": step, "conversations": len(sequences)})
 
     try:
-        sft_train(model, sequences, config.train, tokenizer.pad_token_id, on_step,
+        sft_train(model, sequences, config.train, on_step,
                   start_step=start, optimizer=optimizer, scheduler=scheduler)
     finally:
         writer.wait()

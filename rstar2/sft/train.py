@@ -1,18 +1,29 @@
 """Supervised fine-tuning on agent conversations: cross-entropy on the assistant's tokens only.
 
-    losses = sft_train(model, sequences, SFTSettings(epochs=1, lr=2e-4), pad_id)
+    settings, note = resolve_sft_dtype(SFTSettings(epochs=1, lr=2e-4), model)   # 'auto' made concrete
+    losses = sft_train(model, sequences, settings)
     optimizer, scheduler = sft_optimizer(model, settings)          # to checkpoint and resume:
-    sft_train(model, sequences, settings, pad_id, start_step=k, optimizer=optimizer, scheduler=scheduler)
+    sft_train(model, sequences, settings, start_step=k, optimizer=optimizer, scheduler=scheduler)
 
-The loss of a batch is the mean negative log-likelihood over its loss-mask tokens (what the
-assistant wrote); prompt and tool-response tokens are context only, exactly as in RL, and the
-sequences are the agent's own token ids, so nothing is re-tokenised between SFT and RL.
-Micro-batching (``rl.batch``) and AdamW with linear warm-up (``rl.optim``) are the trainer's.
+The loss of an optimizer step is the mean negative log-likelihood over the loss-mask tokens of
+its traces (what the assistant wrote); prompt and tool-response tokens are context only,
+exactly as in RL, and the sequences are the agent's own token ids, so nothing is re-tokenised
+between SFT and RL.
+
+Speed (docs/benchmarks.md has the measurements behind each choice): the traces of a step are
+packed end to end into rows of at most ``micro_batch_tokens`` tokens with no padding, one row a
+forward pass (``rstar2.rl.packing``: each trace attends only to itself, the opening all traces
+share, the system prompt, is computed once per row, and the LM head runs only where a trained
+token is predicted). ``compute_dtype`` 'auto' is bfloat16 autocast on machines whose CPU computes in
+bfloat16 and float32 elsewhere (``rstar2.engines.dtype_choice``). ``freeze_embeddings`` keeps
+the input embeddings (tied to the LM head in the small models) fixed. AdamW with linear
+warm-up is the trainer's (``rl.optim``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
@@ -20,10 +31,11 @@ from pydantic import BaseModel, Field
 
 from rstar2.agent.trajectory import Trajectory
 from rstar2.engines.device import module_device
-from rstar2.rl.batch import TrainSequence, collate, micro_batches, response_logits
+from rstar2.engines.dtype_choice import ModelShapes, resolve_dtype
+from rstar2.rl.batch import TrainSequence
 from rstar2.rl.config import OptimizerConfig
-from rstar2.rl.loss import token_logprobs
 from rstar2.rl.optim import build_optimizer, build_scheduler
+from rstar2.rl.packing import pack_rows, packed_attention, packed_nll
 from rstar2.rl.update import autocast
 
 
@@ -32,10 +44,15 @@ class SFTSettings(BaseModel):
     batch_size: int = Field(8, ge=1, description="Traces per optimizer step.")
     lr: float = Field(2e-4, gt=0, description="AdamW learning rate after warm-up.")
     warmup_steps: int = Field(5, ge=0, description="Linear warm-up, in optimizer steps.")
-    micro_batch_tokens: int = Field(2048, ge=1, description="Most padded tokens per forward pass.")
+    micro_batch_tokens: int = Field(2048, ge=1, description="Most tokens per forward pass: traces "
+                                    "packed end to end (a longer trace gets a pass of its own).")
     seed: int = Field(0, description="Seeds the order of traces in each epoch.")
-    compute_dtype: str = Field("float32", description="'bfloat16': mixed precision (autocast) "
-                               "over the float32 weights, as the trainer's model.compute_dtype.")
+    compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="'bfloat16': mixed precision (autocast) over the float32 weights, as "
+        "the trainer's model.compute_dtype; 'auto': bfloat16 on a GPU that supports it and on a "
+        "CPU that computes in it, float32 where it would be emulated (decided at start, printed).")
+    freeze_embeddings: bool = Field(False, description="Keep the token embeddings (and a head "
+                                    "tied to them) fixed.")
 
 
 def as_sequence(trajectory: Trajectory) -> TrainSequence:
@@ -44,8 +61,21 @@ def as_sequence(trajectory: Trajectory) -> TrainSequence:
                          [0.0] * len(trajectory.response_ids))
 
 
+def resolve_sft_dtype(settings: SFTSettings, model: torch.nn.Module) -> tuple[SFTSettings, str]:
+    """``settings`` with compute_dtype 'auto' made concrete for ``model`` on its device, and the
+    line saying so ('' when it was not 'auto')."""
+    choice = resolve_dtype(settings.compute_dtype, "train", module_device(model),
+                           lambda: ModelShapes.from_config(model.config))
+    if choice is None:
+        return settings, ""
+    return settings.model_copy(update={"compute_dtype": choice.dtype}), choice.note("SFT compute dtype")
+
+
 def sft_optimizer(model: torch.nn.Module, settings: SFTSettings):
-    """AdamW over the trainable parameters and its warm-up schedule (``rl.optim``)."""
+    """AdamW over the trainable parameters and its warm-up schedule (``rl.optim``); with
+    ``freeze_embeddings`` the input embeddings stop being trainable first."""
+    if settings.freeze_embeddings:
+        model.get_input_embeddings().weight.requires_grad_(False)
     schedule = OptimizerConfig(lr=settings.lr, warmup_steps=settings.warmup_steps)
     optimizer = build_optimizer(model.parameters(), schedule)
     return optimizer, build_scheduler(optimizer, schedule)
@@ -61,20 +91,23 @@ def sft_batches(count: int, settings: SFTSettings) -> list[list[int]]:
             for start in range(0, count, settings.batch_size)]
 
 
-def sft_train(model: torch.nn.Module, sequences: Sequence[TrainSequence], settings: SFTSettings, pad_id: int,
+def sft_train(model: torch.nn.Module, sequences: Sequence[TrainSequence], settings: SFTSettings,
               on_step: Callable[[int, int, float], None] | None = None, *, start_step: int = 0,
               optimizer: torch.optim.Optimizer | None = None, scheduler=None) -> list[float]:
     """Train ``model`` on ``sequences`` from optimizer step ``start_step`` on (with the
     ``optimizer`` and ``scheduler`` of ``sft_optimizer``, restored by the caller, or new ones);
     returns the loss of every step taken. ``on_step(step, total, loss)`` is called after each
-    one (progress, metrics, checkpoints)."""
+    one (progress, metrics, checkpoints). ``settings.compute_dtype`` must be concrete
+    (``resolve_sft_dtype``)."""
+    if settings.compute_dtype == "auto":
+        raise ValueError("SFTSettings.compute_dtype 'auto' must be resolved first (resolve_sft_dtype)")
     if optimizer is None:
         optimizer, scheduler = sft_optimizer(model, settings)
     batches = sft_batches(len(sequences), settings)
     model.train()
     losses = []
     for step in range(start_step + 1, len(batches) + 1):
-        losses.append(sft_step(model, optimizer, [sequences[i] for i in batches[step - 1]], settings, pad_id))
+        losses.append(sft_step(model, optimizer, [sequences[i] for i in batches[step - 1]], settings))
         scheduler.step()
         if on_step is not None:
             on_step(step, len(batches), losses[-1])
@@ -82,20 +115,19 @@ def sft_train(model: torch.nn.Module, sequences: Sequence[TrainSequence], settin
 
 
 def sft_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: list[TrainSequence],
-             settings: SFTSettings, pad_id: int) -> float:
+             settings: SFTSettings) -> float:
     """One optimizer step on ``batch``: token-mean NLL over its loss tokens, accumulated over
-    micro-batches, gradients clipped at norm 1."""
+    packed rows (the model attends per sequence for the step, as before after it), gradients
+    clipped at norm 1."""
     tokens = sum(s.loss_tokens for s in batch)
     optimizer.zero_grad(set_to_none=True)
     total = 0.0
-    for part in micro_batches(batch, settings.micro_batch_tokens):
-        tensors = collate(part, pad_id, module_device(model))
-        with autocast(model, settings.compute_dtype):
-            logits = response_logits(model, tensors)
-        logprobs = token_logprobs(logits, tensors.response_ids, 1.0)
-        loss = -torch.where(tensors.loss_mask.bool(), logprobs, 0.0).sum() / tokens
-        loss.backward()
-        total += float(loss.detach())
+    with packed_attention(model):
+        for row in pack_rows(batch, settings.micro_batch_tokens):
+            with autocast(model, settings.compute_dtype):
+                loss = packed_nll(model, row) / tokens
+            loss.backward()
+            total += float(loss.detach())
     torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
     optimizer.step()
     return total

@@ -15,6 +15,7 @@ from rstar2.data import (
     overlaps_per_benchmark,
     read_problems,
     split_by_difficulty,
+    split_by_pass_rate,
     split_integer_answers,
 )
 
@@ -99,6 +100,21 @@ def test_difficulty_filter_drops_only_problems_solved_every_time(tmp_path):
     assert split.k == 4
     assert [p.id for p in split.kept] == ["b", "c"]
     assert [p.id for p in split.dropped] == ["a", "d"]
+
+
+def test_pass_rate_filter_keeps_problems_solved_sometimes_in_their_order(tmp_path):
+    problems = [Problem(id=pid, problem="p", answer="1") for pid in "edcba"]  # a curriculum's order
+    samples = tmp_path / "samples.jsonl"
+    write_samples(samples, "train", {"a": [True, False, False, False], "b": [True] * 4, "c": [False] * 4,
+                                     "d": [False, True, True, True], "e": [True, False, True, False]})
+    split = split_by_pass_rate(problems, samples, "train")
+    assert split.k == 4
+    assert [p.id for p in split.kept] == ["e", "d", "a"]
+    assert [p.id for p in split.always] == ["b"] and [p.id for p in split.never] == ["c"]
+    assert split.pass_rates == {"e": 0.5, "d": 0.75, "c": 0.0, "b": 1.0, "a": 0.25}
+    write_samples(samples, "train", {"a": [True, False]})  # b..e unsampled: refused, as below
+    with pytest.raises(DataError, match=r"4 of 5 problems have fewer than 2 samples"):
+        split_by_pass_rate(problems, samples, "train")
 
 
 def test_difficulty_filter_refuses_an_unfinished_run(tmp_path):

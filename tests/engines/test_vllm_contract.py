@@ -18,7 +18,6 @@ import ast
 import asyncio
 import inspect
 import re
-from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
 

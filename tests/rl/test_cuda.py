@@ -17,7 +17,7 @@ from rstar2.run.placement import rollout_engine
 from rstar2.run.settings import learner_settings
 from rstar2.sandbox import SandboxClient
 from rstar2.sft.dataset import sft_traces, split_tasks
-from rstar2.sft.train import as_sequence, sft_train
+from rstar2.sft.train import as_sequence, resolve_sft_dtype, sft_train
 from tests.rl.test_trainer import make_config, rl_data, snapshot, train  # noqa: F401
 from tests.rl.test_update import SEQUENCES  # token ids < 96: valid in SmolLM2's vocabulary
 
@@ -47,9 +47,9 @@ def test_the_demos_sft_step_on_cuda(sandbox_url):
             return await sft_traces(tasks, tokenizer, sandbox, PromptConfig(variant="short"))
 
     traces = asyncio.run(make_traces())
-    settings = DemoSettings().sft.model_copy(update={"epochs": 2, "batch_size": 4})
+    settings, _ = resolve_sft_dtype(DemoSettings().sft.model_copy(update={"epochs": 2, "batch_size": 4}), model)
     before = snapshot(model)
-    losses = sft_train(model, [as_sequence(t) for t in traces], settings, tokenizer.pad_token_id)
+    losses = sft_train(model, [as_sequence(t) for t in traces], settings)
     assert on_cuda(model) and all(torch.isfinite(torch.tensor(losses)))
     assert sum(losses[-2:]) < sum(losses[:2])
     after = snapshot(model)

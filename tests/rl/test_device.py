@@ -10,7 +10,7 @@ import io
 import pytest
 import torch
 import torch.serialization
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from rstar2.engines.device import module_device
 from rstar2.rl import checkpoint
@@ -56,7 +56,7 @@ def probe_inputs(model) -> dict[str, torch.device]:
         seen.update({k: v.device for k, v in kwargs.items() if isinstance(v, torch.Tensor)})
         raise ForwardSeen
 
-    model.register_forward_pre_hook(hook, with_kwargs=True)
+    model.get_decoder().register_forward_pre_hook(hook, with_kwargs=True)  # every pass goes through it
     return seen
 
 
@@ -76,7 +76,7 @@ def update(model, optimizer, scheduler):
 
 
 def sft(model, optimizer, scheduler):
-    sft_step(model, optimizer, SEQUENCES, SFTSettings(), pad_id=0)
+    sft_step(model, optimizer, SEQUENCES, SFTSettings(compute_dtype="float32"))
 
 
 @pytest.mark.parametrize("run", [rescore, update, sft])

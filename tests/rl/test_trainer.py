@@ -115,7 +115,7 @@ def test_two_steps_after_sft_change_the_weights_and_resume_continues(tmp_path, s
 
     traces = asyncio.run(make_traces())
     sft_train(model, [as_sequence(t) for t in traces], SFTSettings(epochs=3, batch_size=8, lr=3e-4, warmup_steps=2,
-                                         compute_dtype="bfloat16"), pad_id=engine.tokenizer.pad_token_id)
+                                                                  compute_dtype="bfloat16"))
     before = snapshot(model)
     try:
         trainer = asyncio.run(train(config, model, engine, sandbox_url))

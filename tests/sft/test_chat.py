@@ -11,7 +11,7 @@ from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.data import DataError
 from rstar2.engines.loading import load_tokenizer
 from rstar2.sandbox import SandboxClient
-from rstar2.sft.chat import conversation_sequence, read_conversations, trajectory_messages
+from rstar2.sft.chat import conversation_sequence, read_conversations
 from rstar2.sft.dataset import sft_traces, split_tasks, write_traces
 from tests.families import FAMILIES
 

@@ -59,13 +59,14 @@ def test_a_run_logs_like_train_and_ends_in_a_model_with_its_card(recipe):
     final = run_sft(config)
     rows = read_metrics(config.run_dir)
     assert [row["step"] for row in rows] == list(range(1, STEPS + 1))
-    assert all(row["sft/tokens"] > 0 and row["time/step"] > 0 for row in rows)
+    assert all(row["sft/tokens"] > 0 and row["time/step"] > 0 and row["sft/sequences_per_s"] > 0 for row in rows)
     assert rows[-1]["sft/loss"] < 0.8 * rows[0]["sft/loss"]  # it learns the traces
     card = read_card(str(final))
     assert card.prompt.variant == "short" and (card.max_response_tokens, card.max_turns) == (256, 3)
     assert card.trained_by == "rstar2 sft (tiny-sft)"
     assert type(load_model(final)).__name__ == "Qwen3ForCausalLM"
-    assert yaml.safe_load((config.run_dir / "config.yaml").read_text())["train"]["epochs"] == 2
+    recorded = yaml.safe_load((config.run_dir / "config.yaml").read_text())["train"]
+    assert recorded["epochs"] == 2 and recorded["compute_dtype"] in ("float32", "bfloat16")  # 'auto' resolved
     assert sorted(p.name for p in (config.run_dir / "checkpoints").iterdir()) == ["step_00000006", "step_00000008"]
     with pytest.raises(RunExists, match="--resume"):
         run_sft(config)

@@ -1,0 +1,189 @@
+"""Packed training sequences: whole sequences end to end, no padding, each attending to itself only.
+
+    rows = pack_rows(sequences, row_tokens=2048)
+    with packed_attention(model):
+        loss = sum(packed_nll(model, row) for row in rows)   # = the sequences' summed NLL
+
+A row lays sequences end to end (first fit, longest first), so a forward pass spends nothing on
+padding. Attention is split at the sequence borders (``segment_attention``): each sequence runs
+its own causal SDPA over its own tokens, so a row of L tokens holding sequences of about l
+tokens costs attention of order L·l rather than L² (a dense block-diagonal mask over the row
+would cost L², on a CPU, where no varlen kernel exists, about a third of an SFT step at
+L = 1024: docs/benchmarks.md).
+
+The sequences of a row usually open with the same tokens: the system prompt and the chat
+template up to the question (a third of a short GSM8K trace). The row holds that shared prefix
+once, at its start; each sequence then holds only the rest, with position ids continuing after
+the prefix, and attends to the prefix's keys and values and causally to its own. The prefix's
+hidden states are the same in every sequence (same tokens, same positions), so computing them
+once and letting each sequence's gradient flow back into them is exact, and saves their
+forward and backward passes for all but one sequence of the row.
+
+``packed_nll`` applies the LM head only at the positions that predict a trained token, so
+prompt and tool-response positions cost no head and no softmax over the vocabulary. The sum
+over rows equals the sum of the sequences' losses taken one by one (tests/sft/test_train.py
+checks loss and gradients on the real model).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from rstar2.engines.device import module_device
+from rstar2.rl.batch import TrainSequence
+
+IGNORE = -100
+"""Target of a position that predicts nothing trained (``F.cross_entropy``'s ignore index)."""
+ATTENTION = "rstar2_packed"
+MIN_SHARED_PREFIX = 16
+"""A common opening shorter than this is not shared (not worth a separate attention part)."""
+
+
+@dataclass(frozen=True)
+class PackedRow:
+    """A shared prefix, then the rest of each sequence, end to end."""
+
+    input_ids: list[int]
+    targets: list[int]
+    """Per position, the trained token it predicts, or ``IGNORE``."""
+    prefix: int
+    """Tokens every sequence of the row opens with, held once at the start (0: none)."""
+    lengths: list[int]
+    """Each sequence's length after the prefix, in order."""
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def position_ids(self) -> list[int]:
+        return [*range(self.prefix), *(p for length in self.lengths for p in range(self.prefix, self.prefix + length))]
+
+    @property
+    def segments(self) -> list[tuple[int, int]]:
+        """Each sequence's [start, end) in the row, after the prefix."""
+        ends = [self.prefix + sum(self.lengths[:i + 1]) for i in range(len(self.lengths))]
+        return list(zip([self.prefix, *ends[:-1]], ends))
+
+
+def sequence_targets(sequence: TrainSequence) -> list[int]:
+    """What each position of ``sequence`` predicts: response token i, where the loss mask is 1,
+    is the target of the position before it."""
+    prompt = len(sequence.prompt_ids)
+    targets = [IGNORE] * len(sequence)
+    for i, (token, trained) in enumerate(zip(sequence.response_ids, sequence.loss_mask)):
+        if trained:
+            targets[prompt + i - 1] = token
+    return targets
+
+
+def shared_prefix(sequences: Sequence[TrainSequence]) -> int:
+    """How many opening prompt tokens all ``sequences`` share, ending at least one token before
+    the shortest prompt ends (so the prefix's last position predicts an untrained prompt token
+    in every sequence); 0 when that is under ``MIN_SHARED_PREFIX``."""
+    first = sequences[0].prompt_ids
+    limit = min(len(s.prompt_ids) for s in sequences) - 1
+    length = 0
+    while length < limit and all(s.prompt_ids[length] == first[length] for s in sequences):
+        length += 1
+    return length if length >= MIN_SHARED_PREFIX else 0
+
+
+def pack_rows(sequences: Sequence[TrainSequence], row_tokens: int, share_prefix: bool = True) -> list[PackedRow]:
+    """``sequences`` in rows of at most ``row_tokens`` tokens (their shared prefix counted once
+    per row), longest first, each into the first row it fits (a longer sequence gets a row of
+    its own)."""
+    if not sequences:
+        return []
+    prefix = shared_prefix(sequences) if share_prefix else 0
+    rows: list[list[TrainSequence]] = []
+    room: list[int] = []
+    for sequence in sorted(sequences, key=len, reverse=True):
+        size = len(sequence) - prefix
+        slot = next((i for i, free in enumerate(room) if free >= size), None)
+        if slot is None:
+            rows.append([])
+            room.append(row_tokens - prefix)
+            slot = len(rows) - 1
+        rows[slot].append(sequence)
+        room[slot] -= size
+    opening = list(sequences[0].prompt_ids[:prefix])
+    return [PackedRow(input_ids=opening + [t for s in row for t in (s.prompt_ids + s.response_ids)[prefix:]],
+                      targets=[IGNORE] * prefix + [t for s in row for t in sequence_targets(s)[prefix:]],
+                      prefix=prefix, lengths=[len(s) - prefix for s in row]) for row in rows]
+
+
+def segment_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
+                      packed_segments: Sequence[tuple[int, int]] = (), packed_prefix: int = 0, **kwargs):
+    """transformers' SDPA attention run separately on each sequence of a packed row, the
+    outputs laid end to end again: the shared prefix attends causally to itself, each sequence
+    to the prefix and causally to itself; attention never crosses from one sequence to another."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if not packed_segments:
+        raise ValueError("segment attention needs packed_segments (call packed_nll)")
+
+    def attend(queries: slice, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        return sdpa_attention_forward(module, query[:, :, queries], keys, values, mask, dropout=dropout,
+                                      scaling=scaling, **kwargs)[0]
+
+    p = packed_prefix
+    outputs = [attend(slice(0, p), key[:, :, :p], value[:, :, :p], None)] if p else []
+    for a, b in packed_segments:
+        if not p:
+            outputs.append(attend(slice(a, b), key[:, :, a:b], value[:, :, a:b], None))
+            continue
+        own = torch.ones(b - a, b - a, dtype=torch.bool, device=query.device).tril()
+        mask = torch.cat([torch.ones(b - a, p, dtype=torch.bool, device=query.device), own], dim=1)
+        keys = torch.cat([key[:, :, :p], key[:, :, a:b]], dim=2)
+        values = torch.cat([value[:, :, :p], value[:, :, a:b]], dim=2)
+        outputs.append(attend(slice(a, b), keys, values, mask[None, None]))
+    return torch.cat(outputs, dim=1), None
+
+
+def no_mask(*args, **kwargs) -> None:
+    """The mask builder of ``segment_attention``, which needs none."""
+    return None
+
+
+def causal_lm_parts(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """The decoder stack and the LM head of a transformers causal LM (or of the model inside a
+    peft wrapper, whose adapted layers are the decoder's own)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base.get_decoder(), base.get_output_embeddings()
+
+
+@contextlib.contextmanager
+def packed_attention(model: torch.nn.Module) -> Iterator[None]:
+    """``model`` attends through ``segment_attention`` inside the block, and as before after it
+    (an engine sharing the model keeps its own attention)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+
+    AttentionInterface.register(ATTENTION, segment_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION, no_mask)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    previous = base.config._attn_implementation
+    base.set_attn_implementation(ATTENTION)
+    try:
+        yield
+    finally:
+        base.set_attn_implementation(previous)
+
+
+def packed_nll(model: torch.nn.Module, row: PackedRow) -> torch.Tensor:
+    """The summed negative log-likelihood of the trained tokens of ``row`` (inside
+    ``packed_attention``): one decoder pass, the LM head only where a target is."""
+    device = module_device(model)
+    ids = torch.tensor([row.input_ids], device=device)
+    positions = torch.tensor([row.position_ids], device=device)
+    targets = torch.tensor(row.targets, device=device)
+    decoder, head = causal_lm_parts(model)
+    hidden = decoder(input_ids=ids, position_ids=positions, use_cache=False,
+                     packed_segments=row.segments, packed_prefix=row.prefix).last_hidden_state[0]
+    trained = targets != IGNORE
+    logits = head(hidden[trained])
+    return torch.nn.functional.cross_entropy(logits.float(), targets[trained], reduction="sum")
