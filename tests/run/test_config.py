@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rstar2.demo.gsm8k import load_recipe
 from rstar2.run.config import RunConfig
@@ -174,11 +175,11 @@ def test_every_paper_knob_of_the_rollout_is_a_recipe_field(demo_recipe):
 
 def test_old_rollout_fields_are_read_at_their_new_places_with_a_warning(tmp_path, demo_recipe):
     """A recipe or a saved run config.yaml from before the engine and sandbox sections."""
+    tree = yaml.safe_load(demo_recipe.read_text())
+    del tree["engine"], tree["sandbox"]
+    tree["rollout"].update(engine="hf", engine_dtype="bfloat16", sandbox_workers=3, scheduler="static")
     old = tmp_path / "old.yaml"
-    old.write_text(demo_recipe.read_text().replace("engine:\n  kind: hf\n  dtype: bfloat16", "")
-                   .replace("sandbox:\n  workers: 2", "")
-                   .replace("rollout:\n", "rollout:\n  engine: hf\n  engine_dtype: bfloat16\n"
-                            "  sandbox_workers: 3\n  scheduler: static\n"))
+    old.write_text(yaml.safe_dump(tree))
     with pytest.warns(FutureWarning, match=r"rollout.engine_dtype -> engine.dtype.*rollout.sandbox_workers -> sandbox.workers"):
         config = load_config(old, ["rollout.sandbox_urls=[http://a:1]"])
     assert (config.engine.kind, config.engine.dtype, config.engine.scheduler) == ("hf", "bfloat16", "static")
