@@ -22,7 +22,7 @@ from rstar2.data.decontaminate import DEFAULT_NGRAM, Overlap, find_overlaps, ove
 from rstar2.data.difficulty import DifficultySplit, split_by_difficulty
 from rstar2.data.integer import IntegerSplit, split_integer_answers
 from rstar2.data.jsonl import DataError, read_jsonl, write_jsonl
-from rstar2.data.problems import FieldMap, Problem, read_problems
+from rstar2.data.problems import FieldMap, Problem, read_ids, read_problems
 from rstar2.data.sources import DataSource, open_source
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "load_benchmark",
     "open_source",
     "overlaps_per_benchmark",
+    "read_ids",
     "read_jsonl",
     "read_problems",
     "split_by_difficulty",

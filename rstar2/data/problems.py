@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rstar2.data.jsonl import DataError
-from rstar2.data.sources import open_source
+from rstar2.data.sources import DataSource, open_source
+from rstar2.data.tables import ROW_READERS
 from rstar2.section import Section
 
 MAX_REPORTED_ERRORS = 20
@@ -74,8 +75,25 @@ QUESTION_NAMES = ("question", "query", "prompt", "input")
 def read_problems(spec: str | Path, fields: FieldMap | None = None, *, split: str | None = None,
                   subset: str | None = None) -> list[Problem]:
     """The problems of a data source, in order; raises ``DataError`` listing every bad row."""
+    return source_problems(open_source(spec, split=split, subset=subset), fields)
+
+
+def read_ids(spec: str | Path, fields: FieldMap | None = None) -> set[str]:
+    """The problem ids a keep-list names: a text file (``.txt`` or any suffix that is not a
+    data format) holds one id per line; a data set (``rstar2 data difficulty-filter``'s output,
+    or any source ``read_problems`` reads) names the ids of its problems, read through
+    ``fields``."""
+    path = Path(spec).expanduser()
+    if path.suffix.lower() not in ROW_READERS:
+        if not path.is_file():
+            raise DataError(f"{path}: no such file")
+        return set(path.read_text(encoding="utf-8").split())
+    return {problem.id for problem in read_problems(path, fields)}
+
+
+def source_problems(source: DataSource, fields: FieldMap | None = None) -> list[Problem]:
+    """``read_problems`` of an opened source."""
     fields = fields or FieldMap()
-    source = open_source(spec, split=split, subset=subset)
     problems: list[Problem] = []
     errors: list[str] = []
     first_seen: dict[str, str] = {}

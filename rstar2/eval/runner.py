@@ -48,7 +48,12 @@ SAMPLES_JSONL = "samples.jsonl"
 class EvalSettings(BaseModel):
     """What a run evaluates and how; saved as ``config.json``. Defaults: the paper's §5.1."""
 
-    benchmarks: list[str] = Field(description="Benchmark names or JSONL paths, in report order.")
+    benchmarks: list[str] = Field(description="Benchmark names or data sets (JSONL or Parquet files, "
+                                  "datasets folders, hub ids), in report order.")
+    fields: dict[str, str] = Field(default_factory=dict, description="Field mapping of the data sets' "
+                                   "rows (rstar2.data.FieldMap: problem, answer, id); empty: the defaults.")
+    split: str | None = Field(None, description="Split of the data sets that have several.")
+    subset: str | None = Field(None, description="Subset of the hub data sets that have several.")
     model: str = Field("default", description="'default' (SmolLM2-135M-Instruct), a local model path, "
                        "or the served model's name for --engine openai.")
     engine: EngineKind = Field("hf", description="'hf': embedded transformers; 'openai': an "

@@ -112,3 +112,14 @@ def test_specs_that_name_nothing_are_refused_in_one_line(tmp_path):
         read_problems(tmp_path / "broken.parquet")
     with pytest.raises(DataError, match="one split"):
         read_problems(save_dataset(tmp_path / "one", ROWS), RENAMED, split="train")
+
+
+def test_eval_reads_the_same_sources_as_benchmarks(tmp_path):
+    from rstar2.data import load_benchmark
+
+    saved = save_dataset(tmp_path / "mine", {"train": ROWS, "test": ROWS[1:]})
+    benchmark = load_benchmark(str(saved), fields=RENAMED, split="test")
+    assert benchmark.name == "mine-test" and summary(benchmark.problems) == EXPECTED[1:]
+    assert load_benchmark("gsm8k").name == "gsm8k"
+    with pytest.raises(DataError, match="unknown benchmark 'aime2030'.*hub id"):
+        load_benchmark("aime2030")
