@@ -20,6 +20,17 @@ def long_answers(response: str, gold: str, row: dict) -> float:
     return float(len(response) >= row.get("min_chars", 0))
 
 
+def odd_length(response: str, gold: str, row: dict) -> dict:
+    """1 for a response of odd length, with the length as a metric: rewards that differ within
+    a group whatever the model says, so a step of an untrained model has something to learn."""
+    return {"reward": float(len(response) % 2), "length": len(response)}
+
+
+def no_division_by_zero(response: str, gold: str, row: dict) -> float:
+    """0 for a response that divides by zero (the calculator step's forced '1/0' call), else 1."""
+    return float("1/0" not in response)
+
+
 async def async_boxed_matches(response: str, gold: str, row: dict) -> bool:
     await asyncio.sleep(0)
     return extract_answer(response, require_answer_tag=False) == gold

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import model_validator
+from pydantic import model_serializer, model_validator
 
 from rstar2.agent.tools.base import ArgumentError, Tool, ToolError, ToolResult, ToolUnavailable
 from rstar2.agent.tools.calculator import Calculator
@@ -56,6 +56,12 @@ class ToolSpec(Section):
     @classmethod
     def bare_name(cls, value: Any) -> Any:
         return {"use": value} if isinstance(value, str) else value
+
+    @model_serializer(mode="wrap")
+    def bare_when_plain(self, handler) -> Any:
+        """Written back (a run's config.yaml, the config reference) as a recipe would say it:
+        the name alone when there are no options."""
+        return self.use if not self.options else handler(self)
 
 
 @dataclass(frozen=True)
@@ -136,6 +142,20 @@ class ToolSet:
 def open_tools(specs: Sequence[ToolSpec], context: ToolContext) -> ToolSet:
     """The ``ToolSet`` a recipe's tool list describes (module docstring)."""
     return ToolSet([build_tool(spec, context) for spec in specs], context.timeout_s)
+
+
+class UnopenedSandbox:
+    """The runner of tools built only for their schemas (``describe_tools``): nothing runs."""
+
+    async def run(self, code: str, stdin: str = "", timeout_s: float | None = None):
+        raise ToolUnavailable("these tools were built for their schemas; no sandbox is open")
+
+
+def describe_tools(specs: Sequence[ToolSpec], context: ToolContext) -> list[dict]:
+    """The schemas of the tools ``specs`` name, without a sandbox: what the prompt will list,
+    and a check of the list before a run starts anything (``ToolConfigError`` as ``open_tools``)."""
+    with_runner = ToolContext(context.runner or UnopenedSandbox(), context.timeout_s, context.python_name)
+    return open_tools(specs, with_runner).schemas
 
 
 def build_tool(spec: ToolSpec, context: ToolContext) -> Tool:
