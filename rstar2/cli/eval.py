@@ -92,6 +92,7 @@ def evaluate(
             max_tokens=max_tokens or (card.max_response_tokens if card else PAPER_LIMITS["max_tokens"]),
             max_turns=max_turns or (card.max_turns if card else PAPER_LIMITS["max_turns"]),
             tools=tools, prompt=prompt_variant or trained.variant, tool_name=trained.tool_name,
+            **({"tool_specs": card.tools} if card else {}),
             answer_tag=(card.answer_tag if card else True) if answer_tag is None else answer_tag,
             limit=limit, concurrency=concurrency, data_dir=str(data_dir) if data_dir else None,
         )

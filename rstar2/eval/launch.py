@@ -79,6 +79,7 @@ def rollout_config(settings: EvalSettings) -> RolloutConfig:
         temperature=settings.temperature, top_p=settings.top_p, tool_timeout_s=None,
         prompt=PromptConfig(variant=settings.prompt if settings.tools else "no_tools",
                             tool_name=settings.tool_name),
+        tools=settings.tool_specs,
     )
 
 

@@ -139,7 +139,7 @@ def tool_schemas(config: RunConfig) -> list[dict]:
 def run_card(config: RunConfig, trained_by: str) -> ModelCard:
     """The card of a model this run trains: its prompt, tools and rollout limits."""
     return new_card(config.rollout.prompt, config.rollout.max_response_tokens,
-                    config.rollout.max_turns, f"{trained_by} ({config.name})")
+                    config.rollout.max_turns, f"{trained_by} ({config.name})", tools=config.rollout.tools)
 
 
 def check_run_dir(config: RunConfig, resume: bool) -> None:
