@@ -31,14 +31,13 @@ import asyncio
 import importlib
 import inspect
 import math
-import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rstar2.reward.grading import DEFAULT_DEADLINE_S, WALL_CLOCK_ALLOWANCE
-from rstar2.reward.pool import DeadlinePool, Outcome, available_cores
+from rstar2.reward.grading import DEFAULT_DEADLINE_S, WALL_CLOCK_ALLOWANCE, LazyWorkers
+from rstar2.reward.pool import Outcome
 
 CALL = "rstar2.reward.custom:call_reward"
 """What the workers run: the user's function, its value made a plain record."""
@@ -125,33 +124,16 @@ def plain_record(value: Any) -> tuple[float | None, dict[str, float], str | None
     return float(reward), metrics, None
 
 
-class CustomReward:
+class CustomReward(LazyWorkers):
     """A user's reward function behind a pool of deadline-bounded workers (module docstring),
     started on first use. Thread-safe; ``score`` may be awaited from any event loop."""
 
     def __init__(self, path: str, *, workers: int | None = None, deadline_s: float = DEFAULT_DEADLINE_S,
                  binary: bool = False):
-        if deadline_s <= 0:
-            raise ValueError(f"deadline_s must be positive, got {deadline_s}")
+        super().__init__(CALL, workers=workers, deadline_s=deadline_s, warmup=[(path,)])
         load_reward_function(path)
         self.path = path
-        self.workers = workers or available_cores()
-        self.deadline_s = deadline_s
         self.binary = binary
-        self._pool: DeadlinePool | None = None
-        self._lock = threading.Lock()
-
-    def __enter__(self) -> CustomReward:
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Stop the workers, if any were started."""
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
 
     def submit(self, response: str, gold: str, row: dict) -> Future[Score]:
         """Start scoring one response; the future holds its ``Score``."""
@@ -183,11 +165,3 @@ class CustomReward:
         if problem is not None:
             return Score(0.0, failure="invalid", message=problem)
         return Score(reward, metrics)
-
-    def _started_pool(self) -> DeadlinePool:
-        with self._lock:
-            if self._pool is None:
-                self._pool = DeadlinePool(CALL, workers=self.workers,
-                                          deadline_s=self.deadline_s * WALL_CLOCK_ALLOWANCE,
-                                          cpu_limit_s=self.deadline_s, warmup=[(self.path,)])
-            return self._pool
