@@ -145,6 +145,8 @@ def _yaml(value) -> str:
     """A default as a recipe would write it."""
     if value is None:
         return "null"
+    if isinstance(value, BaseModel):
+        return _yaml(value.model_dump(mode="json"))
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, (tuple, list)):

@@ -18,6 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rstar2.agent.prompt import PromptConfig, tool_schema
+from rstar2.agent.tools import ToolSpec
 
 CARD_FILE = "rstar2.json"
 
@@ -39,21 +40,25 @@ class ModelCard(BaseModel):
     max_response_tokens: int = Field(ge=1, description="Token budget of a training rollout, "
                                      "tool outputs included.")
     max_turns: int = Field(ge=1, description="Assistant turns of a training rollout.")
+    tools: tuple[ToolSpec, ...] = Field((ToolSpec(use="python"),), description="The tools it was "
+                                        "trained with (a recipe's rollout.tools), which chat and eval offer too.")
     trained_by: str = Field("", description="What wrote the folder, e.g. 'rstar2 demo (SFT)'.")
 
     def summary(self) -> str:
         """One line for the commands that apply the card."""
-        return (f"prompt {self.prompt.variant}, tool {self.prompt.tool_name}, "
-                f"answer tag {'required' if self.answer_tag else 'optional'}, "
+        others = [spec.use for spec in self.tools if spec.use != "python"]
+        return (f"prompt {self.prompt.variant}, tool {self.prompt.tool_name}"
+                + "".join(f", tool {name}" for name in others)
+                + f", answer tag {'required' if self.answer_tag else 'optional'}, "
                 f"{self.max_response_tokens} tokens, {self.max_turns} turns")
 
 
 def new_card(prompt: PromptConfig, max_response_tokens: int, max_turns: int, trained_by: str,
-             answer_tag: bool = True) -> ModelCard:
+             answer_tag: bool = True, tools: tuple[ToolSpec, ...] = (ToolSpec(use="python"),)) -> ModelCard:
     """A card with the tool schema filled in from the prompt."""
     return ModelCard(prompt=prompt, tool=tool_schema(prompt.tool_name) if prompt.tools_enabled else None,
                      answer_tag=answer_tag, max_response_tokens=max_response_tokens,
-                     max_turns=max_turns, trained_by=trained_by)
+                     max_turns=max_turns, tools=tools, trained_by=trained_by)
 
 
 def write_card(directory: str | Path, card: ModelCard) -> Path:

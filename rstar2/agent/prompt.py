@@ -1,8 +1,9 @@
 """The rStar2-Agent prompt (paper Fig. 3) rendered with the model's own chat template.
 
 * system: how to lay out an answer (``<reason>``/``<answer>`` tags) and, in the ``rstar2``
-  variant, the ``# Tools`` block with the JSON schema of the Python tool; the ``short``
-  variant says the same in a few lines (~100 tokens instead of ~450, for CPU training, where
+  variant, the ``# Tools`` block with the JSON schema of each offered tool, one per line (the
+  Python tool alone by default, as in the paper); the ``short`` variant says the same in a few
+  lines, a sentence per tool beyond Python (~100 tokens instead of ~450, for CPU training, where
   every prompt token is paid again in each forward and backward pass);
 * user: the answer-format instruction and the problem (the problem alone in ``short``);
 * generation prefix: ``<reason>``, appended after the template's assistant header, so every
@@ -24,14 +25,17 @@ conversation is never re-rendered, so each turn keeps the tokens it was sampled 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import Field
 
 from rstar2.section import Section
 
+from rstar2.agent.tools.python import PYTHON_TOOL_NAME, python_schema
+
 GENERATION_PREFIX = "<reason>"
-DEFAULT_TOOL_NAME = "execute_python_code_with_standard_io"
+DEFAULT_TOOL_NAME = PYTHON_TOOL_NAME
 
 ANSWER_FORMAT = (
     "A conversation between User and Assistant. The User asks a question, and the Assistant "
@@ -84,42 +88,36 @@ class PromptConfig(Section):
 
 def tool_schema(tool_name: str = DEFAULT_TOOL_NAME) -> dict:
     """The JSON function schema of the Python tool, as listed in the system prompt."""
-    return {
-        "type": "function",
-        "function": {
-            "name": tool_name,
-            "description": (
-                "Execute a Python program and return what it prints. The program runs as a "
-                "fresh script; `input` is fed to its standard input. If the program prints "
-                "nothing, the value of its last expression is shown. If an exception is "
-                "raised, the error message and traceback are returned instead; programs that "
-                "run past the time limit are stopped."
-            ),
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "code": {
-                        "type": "string",
-                        "description": "The Python code to execute. Print what you need to see.",
-                    },
-                    "input": {
-                        "type": "string",
-                        "description": "Text given to the program on standard input "
-                        "(empty string if the program reads nothing).",
-                    },
-                },
-                "required": ["code", "input"],
-            },
-        },
-    }
+    return python_schema(tool_name)
 
 
-def system_prompt(config: PromptConfig) -> str:
+def system_prompt(config: PromptConfig, schemas: Sequence[dict] | None = None) -> str:
+    """The system message offering the tools of ``schemas`` (default: the Python tool alone)."""
+    schemas = [tool_schema(config.tool_name)] if schemas is None else list(schemas)
     if config.variant == "short":
-        return SHORT_SYSTEM.format(tool=config.tool_name)
-    if not config.tools_enabled:
+        return short_system(config.tool_name, schemas)
+    if not config.tools_enabled or not schemas:
         return ANSWER_FORMAT
-    return f"{ANSWER_FORMAT}\n\n{TOOLS_HEADER}{json.dumps(tool_schema(config.tool_name))}{TOOLS_FOOTER}"
+    listed = "\n".join(json.dumps(schema) for schema in schemas)
+    return f"{ANSWER_FORMAT}\n\n{TOOLS_HEADER}{listed}{TOOLS_FOOTER}"
+
+
+def short_system(python_name: str, schemas: Sequence[dict]) -> str:
+    """The short prompt: the Python tool's line when it is offered, then a line per other tool
+    with its description and an example call."""
+    functions = [schema["function"] for schema in schemas]
+    with_python = any(function["name"] == python_name for function in functions)
+    text = SHORT_SYSTEM.format(tool=python_name)
+    if not with_python:
+        text = text.split(" To run Python")[0]
+    for function in functions:
+        if function["name"] != python_name:
+            example = {name: "..." for name in function.get("parameters", {}).get("properties", {})}
+            call = json.dumps({"name": function["name"], "arguments": example})
+            text += f" The {function['name']} tool: {function['description']} Call it as <tool_call>{call}</tool_call>."
+    if functions and not with_python:
+        text += " The answer comes back in <tool_response> </tool_response>."
+    return text
 
 
 def user_message(question: str) -> str:
@@ -136,10 +134,10 @@ class ChatFormat:
 
     SENTINEL = "\x00rstar2-sentinel\x00"
 
-    def __init__(self, tokenizer, config: PromptConfig | None = None):
+    def __init__(self, tokenizer, config: PromptConfig | None = None, tool_schemas: Sequence[dict] | None = None):
         self.tokenizer = tokenizer
         self.config = config or PromptConfig()
-        self.system = system_prompt(self.config)
+        self.system = system_prompt(self.config, tool_schemas)
         self.end_of_turn, self.user_turn_before, self.user_turn_after = self.turn_pieces()
         self.end_of_turn_id = self.encode(self.end_of_turn)[0] if self.end_of_turn else None
 

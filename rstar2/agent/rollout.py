@@ -14,24 +14,27 @@ engine for its turns and the sandbox for its tool calls independently, so there 
 per turn across the batch; the engine batches whatever generation requests are pending (see
 ``engines.hf``) and the sandbox client batches whatever calls are pending.
 
-Sandbox failures (``SandboxUnavailable``) propagate: an unreachable sandbox never becomes a
-tool response.
+Tools: the agent offers the tools of ``RolloutConfig.tools`` (``rstar2.agent.tools``: the
+Python sandbox by default), lists them in the prompt and calls them through one ``ToolSet``;
+whatever a call does becomes its tool response and its record (status, error flag), except a
+tool whose service is gone: ``SandboxUnavailable`` and ``ToolUnavailable`` propagate, so an
+unreachable sandbox never becomes a tool response.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
 from rstar2.agent.prompt import ChatFormat, PromptConfig
-from rstar2.agent.toolcall import ParseError, ToolCall, clip_tokens, parse_tool_calls, tool_output
+from rstar2.agent.toolcall import ParseError, ToolCall, clip_tokens, parse_tool_calls
+from rstar2.agent.tools import CodeRunner, PythonTool, ToolContext, ToolSet, ToolSpec, open_tools
 from rstar2.agent.trajectory import ToolCallRecord, Trajectory, Turn, last_answer
 from rstar2.engines.base import Engine, SamplingParams, run_trajectory
 from rstar2.engines.sampling import derive_seed
-from rstar2.sandbox.protocol import RunResult
 from rstar2.section import Section
 
 
@@ -62,6 +65,10 @@ class RolloutConfig(Section):
     tool_response_cut: Literal["middle", "end", "start"] = "middle"
     """Which part of a long tool output is cut: 'middle' keeps its head and tail (where errors
     and final results usually are; verl's 'middle'), 'end' keeps the head, 'start' the tail."""
+    tools: tuple[ToolSpec, ...] = (ToolSpec(use="python"),)
+    """The tools the agent offers and the prompt lists (docs/tools.md): 'python' (the sandbox,
+    the paper's only tool), 'calculator', or your own as ``{use: package.module:factory,
+    options: {...}}``; a bare name is ``{use: name}``."""
     tool_timeout_s: float | None = Field(4.0, gt=0)
     """Wall-clock limit of one tool call (release: 4 s); null leaves it to the sandbox
     service's own default (``rstar2 sandbox serve --timeout-s``)."""
@@ -72,12 +79,6 @@ class RolloutConfig(Section):
         """``prompt: short`` is the variant alone, with the default tool name."""
         return {"variant": value} if isinstance(value, str) else value
 
-
-class CodeRunner(Protocol):
-    """What the rollout needs from the sandbox (``rstar2.sandbox.SandboxClient`` is one)."""
-
-    async def run(self, code: str, stdin: str = "", timeout_s: float | None = None
-                  ) -> RunResult: ...
 
 
 class ResponseBuilder:
@@ -109,14 +110,17 @@ class Agent:
     """Runs rollouts of questions with one engine, one tokenizer and one code runner."""
 
     def __init__(self, engine: Engine, tokenizer, runner: CodeRunner | None,
-                 config: RolloutConfig | None = None):
+                 config: RolloutConfig | None = None, tools: ToolSet | None = None):
+        """``runner``: the sandbox the Python tool runs on (None where it is not offered);
+        ``tools``: tools built elsewhere, instead of those ``config.tools`` names."""
         self.engine = engine
         self.tokenizer = tokenizer
         self.config = config or RolloutConfig()
-        if self.config.prompt.tools_enabled and runner is None:
-            raise ValueError("the prompt offers the Python tool but no code runner was given")
-        self.runner = runner
-        self.chat = ChatFormat(tokenizer, self.config.prompt)
+        if tools is None and self.config.prompt.tools_enabled:
+            context = ToolContext(runner, self.config.tool_timeout_s, self.config.prompt.tool_name)
+            tools = open_tools(self.config.tools, context)
+        self.tools = tools if tools is not None else ToolSet([])
+        self.chat = ChatFormat(tokenizer, self.config.prompt, self.tools.schemas)
 
     async def rollouts(self, questions: Sequence[str]) -> list[Trajectory]:
         """Rollouts of all ``questions``, concurrently."""
@@ -160,8 +164,7 @@ class Agent:
             if not complete:
                 stop = "max_tokens"
                 break
-            tools = cfg.prompt.tools_enabled
-            parsed = parse_tool_calls(text, cfg.prompt.tool_name) if tools else []
+            parsed = parse_tool_calls(text, self.tools.names) if len(self.tools) else []
             if not parsed:
                 stop = "answer" if last_answer(text) is not None else "no_tool_call"
                 break
@@ -214,9 +217,12 @@ class Agent:
         if isinstance(parsed, ParseError):
             return ToolCallRecord(turn=turn, code=None, raw=parsed.raw, status="parse_error",
                                   output=parsed.message, error=True)
-        result = await self.runner.run(parsed.code, parsed.stdin, self.config.tool_timeout_s)
-        output = clip_tokens(tool_output(result), self.tokenizer,
-                             self.config.max_tool_response_tokens, self.config.tool_response_cut)
-        return ToolCallRecord(turn=turn, code=parsed.code, stdin=parsed.stdin, raw=parsed.raw,
-                              status=result.status, output=output, error=not result.ok,
+        result = await self.tools.run(parsed.name, parsed.arguments)
+        output = clip_tokens(result.text, self.tokenizer, self.config.max_tool_response_tokens,
+                             self.config.tool_response_cut)
+        code, stdin = parsed.arguments.get("code"), parsed.arguments.get("input")
+        ran_python = isinstance(self.tools.tools[parsed.name], PythonTool) and result.status != "parse_error"
+        return ToolCallRecord(turn=turn, tool=parsed.name, arguments=parsed.arguments,
+                              code=code if ran_python else None, stdin=stdin if ran_python and stdin else "",
+                              raw=parsed.raw, status=result.status, output=output, error=not result.ok,
                               duration_s=result.duration_s)

@@ -1,12 +1,13 @@
 """Tool calls: parsing them out of an assistant turn, and turning their outcomes into text.
 
 Parsing never raises. Every ``<tool_call>...</tool_call>`` block in a turn (and a final
-``<tool_call>`` the model never closed) becomes either a ``ToolCall`` to execute or a
-``ParseError`` whose message goes back to the model as the tool response -- bad JSON, an
-unknown tool name, missing or mistyped arguments -- and counts as a tool error, as in the
-paper's ``rstar2_agent_hermes`` parser.
+``<tool_call>`` the model never closed) becomes either a ``ToolCall`` of one of the offered
+tools or a ``ParseError`` whose message goes back to the model as the tool response -- bad
+JSON, an unknown tool name, arguments that are not an object -- and counts as a tool error, as
+in the paper's ``rstar2_agent_hermes`` parser. Whether the arguments fit the tool is the
+tool's to say (``rstar2.agent.tools``).
 
-``tool_output(result)`` is the tool response for a sandbox ``RunResult``: the program's stdout,
+``tool_output(result)`` is the Python tool's response for a sandbox ``RunResult``: the program's stdout,
 or the last expression's repr when it printed nothing; the error text with its traceback;
 or a timeout notice. ``clip_tokens`` shortens long outputs to a token budget with a marker.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from rstar2.sandbox.protocol import RunResult
@@ -25,10 +27,10 @@ OPEN_TAG = "<tool_call>"
 
 @dataclass(frozen=True)
 class ToolCall:
-    """A well-formed call of the Python tool."""
+    """A well-formed call of an offered tool."""
 
-    code: str
-    stdin: str
+    name: str
+    arguments: dict
     raw: str  # the text between the tags
 
 
@@ -40,9 +42,9 @@ class ParseError:
     raw: str
 
 
-def parse_tool_calls(text: str, tool_name: str) -> list[ToolCall | ParseError]:
+def parse_tool_calls(text: str, tool_names: Collection[str]) -> list[ToolCall | ParseError]:
     """Every tool-call block of an assistant turn, in order."""
-    calls = [parse_one(m.group(1), tool_name) for m in CALL_PATTERN.finditer(text)]
+    calls = [parse_one(m.group(1), tool_names) for m in CALL_PATTERN.finditer(text)]
     closed_until = text.rfind("</tool_call>")
     tail = text[closed_until + len("</tool_call>"):] if closed_until >= 0 else text
     if OPEN_TAG in tail:
@@ -51,8 +53,8 @@ def parse_tool_calls(text: str, tool_name: str) -> list[ToolCall | ParseError]:
     return calls
 
 
-def parse_one(raw: str, tool_name: str) -> ToolCall | ParseError:
-    """One block's JSON: ``{"name": tool_name, "arguments": {"code": str, "input": str}}``."""
+def parse_one(raw: str, tool_names: Collection[str]) -> ToolCall | ParseError:
+    """One block's JSON: ``{"name": <an offered tool>, "arguments": {...}}``."""
     try:
         payload = json.loads(raw)
     except json.JSONDecodeError as exc:
@@ -61,8 +63,10 @@ def parse_one(raw: str, tool_name: str) -> ToolCall | ParseError:
         return ParseError('Error: the tool call must be a JSON object with "name" and '
                           '"arguments".', raw)
     name = payload.get("name")
-    if name != tool_name:
-        return ParseError(f"Error: unknown tool {name!r}; the only tool is {tool_name!r}.", raw)
+    if name not in tool_names:
+        offered = ", ".join(repr(offered) for offered in tool_names)
+        which = f"the only tool is {offered}" if len(tool_names) == 1 else f"the tools are {offered}"
+        return ParseError(f"Error: unknown tool {name!r}; {which}.", raw)
     arguments = payload.get("arguments", {})
     if isinstance(arguments, str):  # some models encode the arguments object as a string
         try:
@@ -71,13 +75,7 @@ def parse_one(raw: str, tool_name: str) -> ToolCall | ParseError:
             return ParseError(f"Error: the tool arguments are not valid JSON ({exc}).", raw)
     if not isinstance(arguments, dict):
         return ParseError('Error: "arguments" must be a JSON object.', raw)
-    code, stdin = arguments.get("code"), arguments.get("input") or ""
-    if not isinstance(code, str) or not code.strip():
-        return ParseError('Error: the tool call is missing the "code" argument (a string of '
-                          'Python source).', raw)
-    if not isinstance(stdin, str):
-        return ParseError('Error: the "input" argument must be a string.', raw)
-    return ToolCall(code=code, stdin=stdin, raw=raw)
+    return ToolCall(name=name, arguments=arguments, raw=raw)
 
 
 def tool_output(result: RunResult) -> str:

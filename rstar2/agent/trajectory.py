@@ -27,15 +27,20 @@ class ToolCallRecord(BaseModel):
     """One tool call and what came of it."""
 
     turn: int = Field(description="Index of the assistant turn that made the call (from 0).")
-    code: str | None = Field(description="Python source that ran; None if the call did not parse.")
-    stdin: str = Field("", description="Text fed to the program's standard input.")
+    tool: str | None = Field(None, description="Name of the tool called; None if the call did not parse.")
+    arguments: dict | None = Field(None, description="The call's arguments as the model wrote them; "
+                                   "None if the call did not parse.")
+    code: str | None = Field(description="Python source that ran (Python tool calls only); None "
+                             "for other tools and calls that did not parse.")
+    stdin: str = Field("", description="Text fed to the program's standard input (Python tool).")
     raw: str = Field(description="The model's text between <tool_call> and </tool_call>.")
-    status: ToolStatus = Field(description="Sandbox outcome (ok | error | timeout | killed), or "
-                               "parse_error when the call could not be executed.")
+    status: ToolStatus = Field(description="The call's outcome (ok | error | timeout | killed), or "
+                               "parse_error when it could not be executed (bad JSON, an unknown "
+                               "tool, arguments that do not fit the tool).")
     output: str = Field(description="The tool response sent back to the model (after clipping).")
     error: bool = Field(description="Counts as a tool error for RoC: parse errors, execution "
-                        "errors, timeouts and kills all do.")
-    duration_s: float = Field(0.0, description="Execution time reported by the sandbox.")
+                        "errors, timeouts and kills all do, whichever tool made them.")
+    duration_s: float = Field(0.0, description="Execution time the tool reported or the agent measured.")
 
 
 class Turn(BaseModel):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import re
 from pathlib import Path
 
@@ -96,7 +97,8 @@ def chat_rollout_config(card, tools: bool, variant: str | None, max_turns: int |
     return RolloutConfig(max_turns=max_turns or limits["max_turns"],
                          max_response_tokens=max_tokens or limits["max_response_tokens"],
                          temperature=temperature, tool_timeout_s=None,
-                         prompt=PromptConfig(variant=variant, tool_name=trained.tool_name))
+                         prompt=PromptConfig(variant=variant, tool_name=trained.tool_name),
+                         **({"tools": card.tools} if card else {}))
 
 
 async def converse(llm, tok, url, config, prompt, answer_tag: bool = True) -> None:
@@ -160,8 +162,12 @@ def show_call(call) -> None:
     if call.code is not None:
         console.print(Panel(Syntax(call.code, "python", theme="ansi_dark"),
                             title="tool call", title_align="left", border_style="magenta"))
+    elif call.tool is not None:
+        console.print(Panel(Text(json.dumps(call.arguments)), title=f"tool call: {call.tool}",
+                            title_align="left", border_style="magenta"))
     style = "red" if call.error else "green"
-    label = "parse error" if call.status == "parse_error" else f"sandbox: {call.status}"
+    source = "sandbox" if call.code is not None else (call.tool or "tool")
+    label = "parse error" if call.status == "parse_error" else f"{source}: {call.status}"
     console.print(Panel(Text(call.output or "(no output)"), title=label, title_align="left",
                         border_style=style))
 

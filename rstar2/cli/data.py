@@ -8,12 +8,15 @@ from pathlib import Path
 import typer
 
 from rstar2.cli.app import command_group, fail
+from rstar2.cli.options import Fields, Split, Subset, field_map
 
 data_app = command_group("data", "Benchmarks and training-set filters (integer answers, "
                          "decontamination, difficulty).", no_args_is_help=True)
 
-DATA_DIR_HELP = ("Where named benchmarks are read, flat (DIR/math500.jsonl) or nested "
-                 "(DIR/math500/math500.jsonl). Default: the copies inside rstar2.")
+SOURCE_HELP = ("Problems with gold answers: a JSONL or Parquet file, a folder saved by datasets, "
+               "or a hub data set id (org/name); see --field, --split.")
+DATA_DIR_HELP = ("Where named benchmarks are read, flat (DIR/math500.jsonl) or as the shared "
+                 "data (DIR/math500/math500.jsonl). Default: the copies inside rstar2.")
 
 
 @data_app.command("list")
@@ -31,8 +34,11 @@ def list_benchmarks(data_dir: Path = typer.Option(None, "--data-dir", metavar="D
 
 @data_app.command("integer-filter")
 def integer_filter(
-    source: Path = typer.Argument(..., metavar="SOURCE", help="JSONL file of {problem, answer} rows."),
+    source: str = typer.Argument(..., metavar="SOURCE", help=SOURCE_HELP),
     out: Path = typer.Option(..., "--out", "-o", metavar="FILE", help="Where to write the kept rows (JSONL)."),
+    field: Fields = None,
+    split: Split = None,
+    subset: Subset = None,
 ) -> None:
     """Keep only problems whose gold answer is an integer (the paper's RL data rule, §4.2).
 
@@ -42,19 +48,20 @@ def integer_filter(
     """
     from rstar2.data import DataError, read_problems, split_integer_answers, write_jsonl
 
+    fields = field_map(field)
     try:
-        split = split_integer_answers(read_problems(source))
+        kept = split_integer_answers(read_problems(source, fields, split=split, subset=subset), fields)
     except DataError as error:
         fail(error)
-    write_jsonl(out, split.kept)
-    typer.echo(f"kept {len(split.kept)}, dropped {len(split.dropped)} non-integer answers -> {out}")
-    for problem in split.dropped[:5]:
+    write_jsonl(out, kept.kept)
+    typer.echo(f"kept {len(kept.kept)}, dropped {len(kept.dropped)} non-integer answers -> {out}")
+    for problem in kept.dropped[:5]:
         typer.echo(f"  dropped line {problem.line} ({problem.id}): answer {problem.answer!r}")
 
 
 @data_app.command("decontaminate")
 def decontaminate(
-    source: Path = typer.Argument(..., metavar="SOURCE", help="Training set: JSONL file of {problem, answer} rows."),
+    source: str = typer.Argument(..., metavar="SOURCE", help="Training set: " + SOURCE_HELP),
     out: Path = typer.Option(..., "--out", "-o", metavar="FILE",
                              help="Where to write the rows that overlap nothing (JSONL)."),
     against: str = typer.Option("math500,aime2024,aime2025,hmmt_feb2025", "--against", metavar="BENCHES",
@@ -66,6 +73,9 @@ def decontaminate(
     min_shared: int = typer.Option(1, "--min-shared", min=1, metavar="N",
                                    help="Shared n-grams needed to call a row contaminated (the paper: 1)."),
     data_dir: Path = typer.Option(None, "--data-dir", metavar="DIR", help=DATA_DIR_HELP),
+    field: Fields = None,
+    split: Split = None,
+    subset: Subset = None,
 ) -> None:
     """Remove training problems that share word n-grams with evaluation benchmarks (§4.2).
 
@@ -76,14 +86,15 @@ def decontaminate(
     from rstar2.data import (DataError, find_overlaps, load_benchmark, overlaps_per_benchmark, read_problems,
                              split_specs, write_jsonl)
 
+    fields = field_map(field)
     try:
-        train = read_problems(source)
+        train = read_problems(source, fields, split=split, subset=subset)
         benchmarks = [load_benchmark(spec, data_dir) for spec in split_specs(against)]
     except DataError as error:
         fail(error)
     overlaps = find_overlaps(train, benchmarks, n=ngram, min_shared=min_shared)
     flagged = {overlap.id for overlap in overlaps}
-    kept = write_jsonl(out, (dict(p.row, id=p.id) for p in train if p.id not in flagged))
+    kept = write_jsonl(out, (p.source_row(fields) for p in train if p.id not in flagged))
     report = report or out.with_suffix(".overlaps.jsonl")
     write_jsonl(report, (overlap.to_row() for overlap in overlaps))
     typer.echo(f"{len(overlaps)} of {len(train)} rows overlap the benchmarks; kept {kept} -> {out}")
@@ -94,26 +105,34 @@ def decontaminate(
 
 @data_app.command("difficulty-filter")
 def difficulty_filter(
-    source: Path = typer.Argument(..., metavar="SOURCE", help="Training set the eval run was made on (JSONL)."),
+    source: str = typer.Argument(..., metavar="SOURCE", help="Training set the eval run was made on: " + SOURCE_HELP),
     run: Path = typer.Argument(..., metavar="RUN", help="The eval run directory (or its samples.jsonl)."),
     out: Path = typer.Option(..., "--out", "-o", metavar="FILE", help="Where to write the problems kept (JSONL)."),
-    bench: str = typer.Option(None, "--bench", metavar="NAME", help="Benchmark name in the run. Default: SOURCE's file stem."),
+    bench: str = typer.Option(None, "--bench", metavar="NAME", help="Benchmark name in the run. Default: SOURCE's "
+                              "name, as rstar2 eval names it (a file's stem)."),
+    field: Fields = None,
+    split: Split = None,
+    subset: Subset = None,
 ) -> None:
     """Keep the problems a policy did not solve in all k samples (the stage-3 rule, §4.4).
 
     Make the run first, e.g. `rstar2 eval --bench train.jsonl -n 8 --temperature 1.0 --out runs/eval/hard`;
-    k is the run's samples per problem, and every problem must have all k.
+    k is the run's samples per problem, and every problem must have all k. The rows written are
+    the training set's own, so OUT serves as a recipe's data.train or data.keep_ids.
     """
-    from rstar2.data import DataError, read_problems, split_by_difficulty, write_jsonl
+    from rstar2.data import DataError, open_source, split_by_difficulty, write_jsonl
+    from rstar2.data.problems import source_problems
 
+    fields = field_map(field)
     samples = run if run.suffix == ".jsonl" else run / "samples.jsonl"
     try:
-        split = split_by_difficulty(read_problems(source), samples, bench or source.stem)
+        data = open_source(source, split=split, subset=subset)
+        hard = split_by_difficulty(source_problems(data, fields), samples, bench or data.name)
     except DataError as error:
         fail(error)
-    write_jsonl(out, (dict(p.row, id=p.id) for p in split.kept))
-    typer.echo(f"kept {len(split.kept)} problems not solved {split.k}/{split.k}, "
-               f"dropped {len(split.dropped)} always solved -> {out}")
+    write_jsonl(out, (p.source_row(fields) for p in hard.kept))
+    typer.echo(f"kept {len(hard.kept)} problems not solved {hard.k}/{hard.k}, "
+               f"dropped {len(hard.dropped)} always solved -> {out}")
 
 
 @data_app.command("sft-traces")

@@ -9,8 +9,8 @@ import typer
 from rstar2.cli.app import command_group, fail
 from rstar2.cli.data import DATA_DIR_HELP
 from rstar2.cli.options import (DEFAULT_DTYPE, DEFAULT_ENGINE, DEFAULT_MODEL, AnswerTag, BaseUrl, Device, Dtype,
-                                Engine, Model, PromptVariant, SandboxUrls, Tokenizer, announce_device,
-                                trained_card)
+                                Engine, Fields, Model, PromptVariant, SandboxUrls, Split, Subset, Tokenizer,
+                                announce_device, field_map, trained_card)
 
 eval_app = command_group(
     "eval",
@@ -30,7 +30,11 @@ def evaluate(
     ctx: typer.Context,
     bench: str = typer.Option(None, "--bench", "-b", metavar="BENCHES", help="Comma-separated benchmarks (aime2024, "
                               "aime2025, hmmt_feb2025, math500, amc23, gsm8k; `rstar2 data list`) "
-                              "or JSONL files of {problem, answer}."),
+                              "or data sets of problems with answers: JSONL or Parquet files, "
+                              "datasets folders, hub ids (org/name); see --field, --split."),
+    field: Fields = None,
+    split: Split = None,
+    subset: Subset = None,
     model: Model = DEFAULT_MODEL,
     engine: Engine = DEFAULT_ENGINE,
     base_url: BaseUrl = None,
@@ -82,11 +86,13 @@ def evaluate(
     trained = card.prompt if card else PromptConfig()
     try:
         settings = EvalSettings(
-            benchmarks=split_specs(bench), model=model, engine=engine, base_url=base_url, tokenizer=tokenizer,
+            benchmarks=split_specs(bench), fields=field_map(field).model_dump(exclude_defaults=True),
+            split=split, subset=subset, model=model, engine=engine, base_url=base_url, tokenizer=tokenizer,
             dtype=dtype, device=device, n=n, temperature=temperature, top_p=top_p,
             max_tokens=max_tokens or (card.max_response_tokens if card else PAPER_LIMITS["max_tokens"]),
             max_turns=max_turns or (card.max_turns if card else PAPER_LIMITS["max_turns"]),
             tools=tools, prompt=prompt_variant or trained.variant, tool_name=trained.tool_name,
+            **({"tool_specs": card.tools} if card else {}),
             answer_tag=(card.answer_tag if card else True) if answer_tag is None else answer_tag,
             limit=limit, concurrency=concurrency, data_dir=str(data_dir) if data_dir else None,
         )

@@ -96,6 +96,38 @@ def recipe_overrides(overrides: list[str] | None, name: str | None, device: str 
             *([f"model.device={device}"] if device else [])]
 
 
+Fields = Annotated[Optional[list[str]], typer.Option(
+    "--field", metavar="ROLE=NAME",
+    help="Read a problem's ROLE (problem, answer or id) from the rows' field NAME, e.g. "
+         "--field problem=question --field answer=final_answer (repeatable). Default: problem, "
+         "answer, id.")]
+Split = Annotated[Optional[str], typer.Option(
+    "--split", metavar="NAME", help="Which split of a data set that has several (a datasets "
+    "folder, a hub data set): train, test, validation, ...")]
+Subset = Annotated[Optional[str], typer.Option(
+    "--subset", metavar="NAME", help="Which subset (configuration) of a hub data set that has several.")]
+
+
+def field_map(pairs: list[str] | None):
+    """``--field problem=question ...`` as a ``rstar2.data.FieldMap``; a bad pair stops the
+    command in one line."""
+    from pydantic import ValidationError
+
+    from rstar2.data import FieldMap
+
+    mapping = {}
+    for pair in pairs or []:
+        role, sep, name = pair.partition("=")
+        if not sep or not name.strip():
+            fail(f"--field {pair!r}: expected ROLE=NAME, e.g. --field problem=question")
+        mapping[role.strip()] = name.strip()
+    try:
+        return FieldMap(**mapping)
+    except ValidationError:
+        roles = ", ".join(FieldMap.model_fields)
+        fail(f"--field: unknown role in {', '.join(mapping)}: the roles are {roles}")
+
+
 def announce_device(setting: str) -> None:
     """Say on stderr which device ``setting`` resolves to (and why, for auto); a bad or
     missing one stops the command in one line."""

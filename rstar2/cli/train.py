@@ -23,11 +23,13 @@ def train(
                               "without starting anything (no GPU, model or Ray needed)."),
     device: RecipeDevice = None,
 ) -> None:
-    """Train with GRPO-RoC: rollouts with the Python tool, Resample-on-Correct, clipped loss.
+    """Train with GRPO-RoC: rollouts with the recipe's tools (the Python sandbox by default),
+    its reward (the built-in verifier by default), Resample-on-Correct, clipped loss.
 
     Everything goes to runs/<name>/: metrics.jsonl, rollouts/step_N.jsonl, checkpoints/ and,
     at the end, final/ (a model directory for `rstar2 chat --model` and `rstar2 eval --model`).
     """
+    from rstar2.agent.tools import ToolConfigError
     from rstar2.cluster.architectures import UnknownArchitecture
     from rstar2.cluster.plan import PlacementError, UnsupportedPlacement
     from rstar2.cluster.sandboxes import SandboxServicesDown
@@ -35,6 +37,7 @@ def train(
     from rstar2.engines.loading import ModelNotFound
     from rstar2.run.recipe import ConfigError, load_config
     from rstar2.rl.checkpoint import RunExists
+    from rstar2.reward import RewardError
     from rstar2.run import training
 
     try:
@@ -51,7 +54,7 @@ def train(
     except DataError as error:  # data.train or data.keep_ids
         fail(f"{error}{training_data_hint(config)}")
     except (RunExists, ImportError, PlacementError, UnknownArchitecture, UnsupportedPlacement,
-            SandboxServicesDown, ModelNotFound) as error:
+            SandboxServicesDown, ModelNotFound, RewardError, ToolConfigError) as error:
         fail(error)  # ImportError: an extra is missing
     typer.echo(f"done: metrics in {config.run_dir / 'metrics.jsonl'}, trained model in {final}")
 

@@ -2,7 +2,9 @@
 
 * ``load_benchmark`` / ``REGISTRY`` -- benchmarks by name (packaged copies, or ``data_dir``) or
   any JSONL file of ``{problem, answer}`` rows (``benchmarks``);
-* ``read_problems`` / ``Problem`` -- rows checked with line-numbered errors (``problems``);
+* ``read_problems`` / ``Problem`` / ``FieldMap`` -- rows of any source, through a field mapping,
+  checked with numbered errors (``problems``);
+* ``open_source`` -- JSONL, Parquet, ``datasets`` folders, hub data sets by id (``sources``);
 * ``split_integer_answers`` -- keep integer-answer problems (``integer``);
 * ``find_overlaps`` -- n-gram decontamination against benchmarks (``decontaminate``);
 * ``split_by_difficulty`` -- drop problems an eval run solved in all k samples; ``split_by_pass_rate``
@@ -21,7 +23,8 @@ from rstar2.data.decontaminate import DEFAULT_NGRAM, Overlap, find_overlaps, ove
 from rstar2.data.difficulty import DifficultySplit, PassRateSplit, split_by_difficulty, split_by_pass_rate
 from rstar2.data.integer import IntegerSplit, split_integer_answers
 from rstar2.data.jsonl import DataError, read_jsonl, write_jsonl
-from rstar2.data.problems import Problem, read_problems
+from rstar2.data.problems import FieldMap, Problem, read_ids, read_problems
+from rstar2.data.sources import DataSource, open_source
 
 __all__ = [
     "DEFAULT_NGRAM",
@@ -29,6 +32,8 @@ __all__ = [
     "REGISTRY",
     "Benchmark",
     "DataError",
+    "DataSource",
+    "FieldMap",
     "DifficultySplit",
     "IntegerSplit",
     "Overlap",
@@ -36,7 +41,9 @@ __all__ = [
     "Problem",
     "find_overlaps",
     "load_benchmark",
+    "open_source",
     "overlaps_per_benchmark",
+    "read_ids",
     "read_jsonl",
     "read_problems",
     "split_by_difficulty",

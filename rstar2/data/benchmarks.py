@@ -3,8 +3,10 @@
 Contract of ``load_benchmark(spec, data_dir)``:
 
 * ``spec`` is a registered name (``aime2024``, ``aime2025``, ``hmmt_feb2025``, ``math500``,
-  ``amc23``, ``gsm8k``; ``gsm8k_train``, the training split, for RL and SFT data) or a path to
-  a JSONL file of ``{problem, answer}`` rows (a custom benchmark, named after the file's stem);
+  ``amc23``, ``gsm8k``; ``gsm8k_train``, the training split, for RL and SFT data) or any data
+  source (``rstar2.data.sources``: a JSONL or Parquet file, a ``datasets`` folder, a hub id),
+  read through ``fields`` and named after the source (the file's stem, the folder's or data
+  set's name, with the split where it has several);
 * a name is looked up in ``data_dir``, flat (``DIR/<stem>.jsonl``) or nested
   (``DIR/<stem>/<stem>.jsonl``); ``None`` means the copies packaged with rstar2
   (``rstar2/data/benchmarks``, sources and licences in its README);
@@ -16,8 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from rstar2.data.hub import is_hub_id
 from rstar2.data.jsonl import DataError
-from rstar2.data.problems import Problem, read_problems
+from rstar2.data.problems import FieldMap, Problem, read_problems, source_problems
+from rstar2.data.sources import open_source
+from rstar2.data.tables import ROW_READERS
 
 PACKAGED_DATA_DIR = Path(__file__).resolve().parent / "benchmarks"
 
@@ -55,28 +60,22 @@ class Benchmark:
     """A loaded benchmark: its name, the file it came from, its problems."""
 
     name: str
-    path: Path
+    path: Path | str | None
+    """What it was read from: the file, or the folder or hub id with the split chosen."""
     problems: list[Problem]
 
 
-def load_benchmark(spec: str, data_dir: str | Path | None = None) -> Benchmark:
+def load_benchmark(spec: str, data_dir: str | Path | None = None, fields: FieldMap | None = None, *,
+                   split: str | None = None, subset: str | None = None) -> Benchmark:
     """The benchmark a user named; see the module docstring."""
-    path = benchmark_path(spec, data_dir)
-    name = spec if spec in REGISTRY else path.stem
-    return Benchmark(name=name, path=path, problems=read_problems(path))
-
-
-def benchmark_path(spec: str, data_dir: str | Path | None = None) -> Path:
-    """The JSONL file behind a benchmark name or path."""
     if spec in REGISTRY:
-        return registered_path(REGISTRY[spec], Path(data_dir) if data_dir else PACKAGED_DATA_DIR)
-    candidate = Path(spec).expanduser()
-    if candidate.suffix == ".jsonl" or candidate.is_file():
-        if not candidate.is_file():
-            raise DataError(f"{candidate}: no such file")
-        return candidate
-    names = ", ".join(REGISTRY)
-    raise DataError(f"unknown benchmark {spec!r}: use one of {names}, or a path to a .jsonl file")
+        path = registered_path(REGISTRY[spec], Path(data_dir) if data_dir else PACKAGED_DATA_DIR)
+        return Benchmark(name=spec, path=path, problems=read_problems(path))
+    if not (Path(spec).expanduser().exists() or Path(spec).suffix.lower() in ROW_READERS or is_hub_id(spec)):
+        raise DataError(f"unknown benchmark {spec!r}: use one of {', '.join(REGISTRY)}, or a data "
+                        "set (a .jsonl or .parquet file, a datasets folder, a hub id org/name)")
+    source = open_source(spec, split=split, subset=subset)
+    return Benchmark(name=source.name, path=source.origin, problems=source_problems(source, fields))
 
 
 def registered_path(info: BenchmarkInfo, data_dir: Path) -> Path:

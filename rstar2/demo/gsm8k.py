@@ -46,7 +46,6 @@ from rstar2 import RECIPES
 from rstar2.agent.prompt import ChatFormat
 from rstar2.agent.rollout import Agent
 from rstar2.data import DataError, Overlap, Problem, find_overlaps, load_benchmark, read_problems, write_jsonl
-from rstar2.data.benchmarks import benchmark_path
 from rstar2.data.difficulty import split_by_pass_rate
 from rstar2.demo.pipeline import Evaluator, machine_dtypes, run_pipeline, train_and_evaluate
 from rstar2.engines.loading import load_tokenizer
@@ -134,7 +133,7 @@ def load_recipe(path: str | Path = RECIPE, overrides: Sequence[str] = (), name: 
 
 def gsm8k_splits(settings: GSM8KSettings, seed: int) -> GSM8KSplits:
     """Decontaminated SFT problems and the evaluation subset (module docstring)."""
-    train = read_problems(benchmark_path(settings.train))
+    train = load_benchmark(settings.train).problems
     test = load_benchmark(settings.test)
     overlaps = find_overlaps(train, [test])
     flagged = {overlap.id for overlap in overlaps}
@@ -164,7 +163,7 @@ def run_gsm8k(recipe: str | Path = RECIPE, overrides: Sequence[str] = (), name: 
     """Run the whole GSM8K recipe (module docstring); returns the summary also in summary.json."""
     console = console or Console()
     settings, config = load_recipe(recipe, overrides, name)
-    benchmark_path(settings.train)  # a missing file is refused before the pipeline starts
+    load_benchmark(settings.train)  # a missing file is refused before the pipeline starts
     config = machine_dtypes(config, console)
     return run_pipeline(config, lambda url, grader, out: phases(settings, config, url, grader, out), console)
 

@@ -23,6 +23,7 @@ from rstar2.agent.prompt import PromptConfig
 from rstar2.agent.rollout import Agent, RolloutConfig
 from rstar2.agent.trajectory import Trajectory
 from rstar2.data.benchmarks import load_benchmark
+from rstar2.data.problems import FieldMap
 from rstar2.data.problems import Problem
 from rstar2.engines.factory import EngineSpec, open_engine
 from rstar2.engines.openai import EngineError
@@ -78,6 +79,7 @@ def rollout_config(settings: EvalSettings) -> RolloutConfig:
         temperature=settings.temperature, top_p=settings.top_p, tool_timeout_s=None,
         prompt=PromptConfig(variant=settings.prompt if settings.tools else "no_tools",
                             tool_name=settings.tool_name),
+        tools=settings.tool_specs,
     )
 
 
@@ -99,7 +101,9 @@ async def evaluate(settings: EvalSettings, out_dir: Path, *, resume: bool = Fals
                    sandbox_urls: list[str] | None = None, sandbox_workers: int = 2,
                    show_progress: bool = True) -> dict:
     """Run the eval ``settings`` describe into ``out_dir``; returns the results document."""
-    benchmarks = [load_benchmark(spec, settings.data_dir) for spec in settings.benchmarks]
+    fields = FieldMap(**settings.fields)
+    benchmarks = [load_benchmark(spec, settings.data_dir, fields, split=settings.split, subset=settings.subset)
+                  for spec in settings.benchmarks]
     check_output_dir(out_dir, settings, resume)  # before the model loads: a refusal should be quick
     engine, tokenizer = open_engine(engine_spec(settings))
     with contextlib.ExitStack() as services:

@@ -32,6 +32,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from rstar2.agent.prompt import DEFAULT_TOOL_NAME
+from rstar2.agent.tools import ToolSpec
 from rstar2.data.benchmarks import Benchmark
 from rstar2.data.problems import Problem
 from rstar2.engines.device import DEVICE_HELP, DeviceSetting
@@ -48,7 +49,12 @@ SAMPLES_JSONL = "samples.jsonl"
 class EvalSettings(BaseModel):
     """What a run evaluates and how; saved as ``config.json``. Defaults: the paper's §5.1."""
 
-    benchmarks: list[str] = Field(description="Benchmark names or JSONL paths, in report order.")
+    benchmarks: list[str] = Field(description="Benchmark names or data sets (JSONL or Parquet files, "
+                                  "datasets folders, hub ids), in report order.")
+    fields: dict[str, str] = Field(default_factory=dict, description="Field mapping of the data sets' "
+                                   "rows (rstar2.data.FieldMap: problem, answer, id); empty: the defaults.")
+    split: str | None = Field(None, description="Split of the data sets that have several.")
+    subset: str | None = Field(None, description="Subset of the hub data sets that have several.")
     model: str = Field("default", description="'default' (SmolLM2-135M-Instruct), a local model path, "
                        "or the served model's name for --engine openai.")
     engine: EngineKind = Field("hf", description="'hf': embedded transformers; 'openai': an "
@@ -69,6 +75,8 @@ class EvalSettings(BaseModel):
     prompt: Literal["rstar2", "short"] = Field("rstar2", description="'rstar2': the paper's prompt (Fig. 3); "
                                                "'short': its few-line form the CPU demo trains with.")
     tool_name: str = Field(DEFAULT_TOOL_NAME, description="Name the model calls the Python tool by.")
+    tool_specs: tuple[ToolSpec, ...] = Field((ToolSpec(use="python"),), description="The tools offered "
+                                             "with `tools` (a trained model's card: its rollout.tools).")
     answer_tag: bool = Field(True, description="Grade only a \\boxed{} inside <answer> (the paper's "
                              "reward); False also accepts the last \\boxed{} anywhere.")
     limit: int | None = Field(None, ge=1, description="Only the first `limit` problems of each benchmark.")
@@ -78,7 +86,7 @@ class EvalSettings(BaseModel):
 
 # A resumed run must not mix samples drawn or graded under different settings.
 FIXED_FIELDS = ("model", "engine", "dtype", "temperature", "top_p", "max_tokens", "max_turns", "tools",
-                "prompt", "tool_name", "answer_tag")
+                "prompt", "tool_name", "tool_specs", "answer_tag")
 
 
 class RunConflict(RuntimeError):
@@ -137,10 +145,13 @@ def check_output_dir(out_dir: Path, settings: EvalSettings, resume: bool) -> Non
         raise RunConflict(f"{out_dir} already holds samples; pass --resume to continue that run, "
                           "or choose another --out")
     if resume and config_path.is_file():
-        # a field an older run did not record had its default value then
-        previous = EvalSettings.model_construct(**json.loads(config_path.read_text(encoding="utf-8"))).model_dump()
-        changed = [f"{name}: {previous.get(name)!r} -> {getattr(settings, name)!r}"
-                   for name in FIXED_FIELDS if previous.get(name) != getattr(settings, name)]
+        # compared as JSON; a field an older run did not record had its default value then
+        current = settings.model_dump(mode="json")
+        defaults = EvalSettings.model_validate(
+            {name: value for name, value in current.items() if name not in FIXED_FIELDS}).model_dump(mode="json")
+        previous = {**defaults, **json.loads(config_path.read_text(encoding="utf-8"))}
+        changed = [f"{name}: {previous[name]!r} -> {current[name]!r}"
+                   for name in FIXED_FIELDS if previous[name] != current[name]]
         if changed:
             raise RunConflict(f"cannot resume {out_dir} with other generation settings ({'; '.join(changed)}); "
                               "use the same settings or another --out")

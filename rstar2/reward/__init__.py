@@ -8,8 +8,10 @@ processes that run it.
     score(response, gold)           the binary reward, 0.0 or 1.0
     grade_many(pairs)               Grades for (response, gold) pairs, in parallel on all cores
     Grader                          the same with a pool kept across batches
+    CustomReward(path)              your own `package.module:function` reward under the same deadlines
 """
 
+from rstar2.reward.custom import CustomReward, RewardError, Score
 from rstar2.reward.extract import extract_answer
 from rstar2.reward.grading import (
     DEFAULT_DEADLINE_S,
@@ -21,6 +23,9 @@ from rstar2.reward.grading import (
 )
 
 __all__ = [
+    "CustomReward",
+    "RewardError",
+    "Score",
     "DEFAULT_DEADLINE_S",
     "Grade",
     "Grader",

@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Self
 
 from rstar2.reward.extract import extract_answer
 from rstar2.reward.normalize import verdict_without_parser
@@ -86,21 +87,25 @@ class Grade:
 OnGrade = Callable[[int, Grade], None]
 
 
-class Grader:
-    """Grades with up to `workers` deadline-bounded processes (default: one per core), each
-    symbolic check limited to `deadline_s` CPU seconds (see `DEFAULT_DEADLINE_S`).
+class LazyWorkers:
+    """Up to `workers` deadline-bounded processes (default: one per core) running
+    `function_path`, each call limited to `deadline_s` CPU seconds and `WALL_CLOCK_ALLOWANCE`
+    times that on the clock; started on first use (`_started_pool`, thread-safe), so an
+    object that is never asked anything costs no process, and stopped by `close` or the end of
+    a `with` block. The base of `Grader` and of a user's reward (`rstar2.reward.custom`)."""
 
-    Thread-safe: concurrent `grade_many`, `submit` and `grade` calls share the workers."""
-
-    def __init__(self, *, workers: int | None = None, deadline_s: float = DEFAULT_DEADLINE_S):
+    def __init__(self, function_path: str, *, workers: int | None, deadline_s: float,
+                 warmup: Sequence[tuple] = ()):
         if deadline_s <= 0:
             raise ValueError(f"deadline_s must be positive, got {deadline_s}")
+        self.function_path = function_path
         self.workers = workers
         self.deadline_s = deadline_s
+        self.warmup = warmup
         self._pool: DeadlinePool | None = None
         self._pool_lock = threading.Lock()
 
-    def __enter__(self) -> "Grader":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -111,6 +116,29 @@ class Grader:
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+
+    def _started_pool(self) -> DeadlinePool:
+        """The worker pool, started on first need."""
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = DeadlinePool(
+                    self.function_path,
+                    workers=self.workers or available_cores(),
+                    deadline_s=self.deadline_s * WALL_CLOCK_ALLOWANCE,
+                    cpu_limit_s=self.deadline_s,
+                    warmup=self.warmup,
+                )
+            return self._pool
+
+
+class Grader(LazyWorkers):
+    """Grades with up to `workers` deadline-bounded processes (default: one per core), each
+    symbolic check limited to `deadline_s` CPU seconds (see `DEFAULT_DEADLINE_S`).
+
+    Thread-safe: concurrent `grade_many`, `submit` and `grade` calls share the workers."""
+
+    def __init__(self, *, workers: int | None = None, deadline_s: float = DEFAULT_DEADLINE_S):
+        super().__init__(EQUIVALENCE_CHECK, workers=workers, deadline_s=deadline_s, warmup=WARMUP_PAIRS)
 
     def grade_many(
         self,
@@ -177,19 +205,6 @@ class Grader:
 
             self._started_pool().map([answer_pairs[i] for i in symbolic], record)
         return grades
-
-    def _started_pool(self) -> DeadlinePool:
-        """The worker pool, started on first need."""
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = DeadlinePool(
-                    EQUIVALENCE_CHECK,
-                    workers=self.workers or available_cores(),
-                    deadline_s=self.deadline_s * WALL_CLOCK_ALLOWANCE,
-                    cpu_limit_s=self.deadline_s,
-                    warmup=WARMUP_PAIRS,
-                )
-            return self._pool
 
 
 def _grade_from(pred: str | None, outcome: Outcome) -> Grade:

@@ -12,9 +12,10 @@ import torch.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from rstar2.engines.device import DeviceSetting
 from rstar2.section import Section
@@ -138,6 +139,13 @@ class RLConfig(Section):
     """Optimizer updates per rollout batch (mini-batches); 1, as the release, is on-policy."""
     micro_batch_tokens: int = Field(20480, ge=1)
     """Most tokens per forward/backward pass; sequences are packed up to this (release: 20480)."""
+    reward: str | None = None
+    """Your reward function as ``package.module:function`` (docs/reward.md), called with
+    (response, gold, row) in deadline-bounded workers; null is the built-in verifier (the
+    paper's answer check). With ``roc.mode`` paper or release it must return 0 or 1."""
+    reward_deadline_s: float = Field(2.0, gt=0)
+    """CPU seconds one call of ``reward`` may use (and three times that on the clock) before it
+    is killed and scores 0, as the verifier's checks are."""
     roc: RocConfig = RocConfig()
     """Resample-on-Correct."""
     loss: LossConfig = LossConfig()
@@ -146,6 +154,13 @@ class RLConfig(Section):
     """AdamW and its schedule."""
     init: InitConfig = InitConfig()
     """Where the policy starts (stage continuation)."""
+
+    @field_validator("reward")
+    @classmethod
+    def reward_path(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[\w.]+:\w+", value):
+            raise ValueError("expected package.module:function, e.g. my_rewards:judge")
+        return value
 
     @property
     def rollouts_per_prompt(self) -> int:

@@ -2,12 +2,15 @@
 
     metrics = step_metrics(groups, decisions, stats, grad_norm, lr, timings)
 
-Names are ``section/quantity``. Over every sampled rollout: ``reward/accuracy`` (share
-correct: the step's pass rate), ``reward/groups_with_signal`` (share of prompts with at least
-one correct and one wrong rollout, the groups GRPO can learn from), ``tools/*`` and
-``roc/*_penalty_mean`` (``roc.rollout_metrics``, the penalties by the mode's rules; the paper's
-Fig. 4 quantity is ``tools/error_ratio_in_positives``), ``tools/call_rate`` (share of rollouts
-with a call), ``response/length_mean|max`` (response tokens, tool responses included) and
+Names are ``section/quantity``. Over every sampled rollout: ``reward/accuracy`` (the mean
+reward: the share correct under the verifier, the step's pass rate), ``reward/groups_with_signal``
+(share of prompts with at least one correct and one wrong rollout, the groups GRPO can learn
+from), ``reward/errors|timeouts|invalid`` (rollouts whose reward call failed, and so scored 0:
+``rstar2.reward.Score.failure``), ``reward/<name>`` (the mean of each number a custom reward's
+records carry), ``tools/*`` and ``roc/*_penalty_mean`` (``roc.rollout_metrics``, the penalties
+by the mode's rules; the paper's Fig. 4 quantity is ``tools/error_ratio_in_positives``),
+``tools/call_rate`` (share of rollouts with a call), ``response/length_mean|max`` (response
+tokens, tool responses included) and
 ``response/truncated_ratio``. Over the kept rollouts, the ones the update saw: ``reward/mean`` (absent when RoC kept none).
 Then RoC's group counts (``roc.decision_counts``), the loss stats of the update (entropy, clip
 fractions, ...), ``train/grad_norm``, ``train/lr`` and ``time/*`` seconds by phase. The trainer
@@ -23,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from rstar2.agent.trajectory import Trajectory
+from rstar2.reward import Score
 from rstar2.rl.loss import LossStats
 from rstar2.rl.roc import GroupDecision, RolloutSummary, decision_counts, rollout_metrics
 
@@ -36,6 +40,8 @@ class Rollout:
     span_s: tuple[float, float, float] | None = None
     """Seconds after the step's sampling began at which the rollout started, ended and was
     graded (the viewer's timeline); None where nobody timed it."""
+    score: Score | None = None
+    """The reward call's outcome (failures, a custom record's numbers); None where none was made."""
 
 
 def step_metrics(
@@ -65,12 +71,26 @@ def step_metrics(
         **decision_counts(decisions),
         "train/lr": lr,
     }
+    metrics.update(reward_call_metrics([r.score for r in rollouts if r.score is not None]))
     if kept:
         metrics["reward/mean"] = sum(f.reward for f in kept) / len(kept)
     if stats is not None:
         metrics.update(stats.summary())
         metrics["train/grad_norm"] = float(grad_norm)
     metrics.update({f"time/{phase}": seconds for phase, seconds in timings.items()})
+    return metrics
+
+
+def reward_call_metrics(scores: Sequence[Score]) -> dict[str, float]:
+    """How many reward calls failed, by kind, and the mean of each number the records carry."""
+    metrics = {f"reward/{name}": float(sum(s.failure == kind for s in scores))
+               for kind, name in (("error", "errors"), ("timeout", "timeouts"), ("invalid", "invalid"))}
+    values: dict[str, list[float]] = {}
+    for scored in scores:
+        for key, value in scored.metrics.items():
+            values.setdefault(key, []).append(value)
+    metrics.update({f"reward/{key}": sum(items) / len(items) for key, items in values.items()
+                    if f"reward/{key}" not in metrics and key not in ("accuracy", "mean")})
     return metrics
 
 

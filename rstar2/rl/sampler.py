@@ -10,7 +10,10 @@ report the wall time during which the sandbox was busy. Grading is streamed: eac
 is handed to a ``GradeStream`` the moment it ends, and the stream sends everything that ended
 while its previous batch was grading to the grader as one ``grade_many`` call, so grading
 overlaps the rollouts still generating and each call gives a parallel grader (one with many
-worker processes) as many pairs as have ended, instead of one pair at a time.
+worker processes) as many pairs as have ended, instead of one pair at a time. A run with its
+own reward function (``rl.reward``) hands the sampler a ``CustomReward`` instead, whose calls
+go to its worker pool one by one as rollouts end, with the problem's source row; either way
+each rollout carries its ``Score``, failures included, for the step's metrics.
 
 Seeds: rollout ``k`` of problem ``i`` samples from its own stream ``derive_seed(seed, i, k)``
 (``SamplingParams.seed`` on every turn), so which tokens it draws does not depend on the order
@@ -25,14 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from rstar2.agent.rollout import Agent, CodeRunner, RolloutConfig
 from rstar2.data.problems import Problem
 from rstar2.engines.base import TrainableEngine
 from rstar2.engines.sampling import derive_seed
-from rstar2.reward import Grade, Grader
+from rstar2.reward import CustomReward, Grade, Grader, Score
 from rstar2.rl.metrics import Rollout
 from rstar2.rl.roc import trajectory_facts
 from rstar2.rl.timing import TimedRunner
@@ -86,8 +89,8 @@ class GradeStream:
 class Sampler:
     """Rollouts of a batch of problems through the agent loop, graded as each one ends."""
 
-    def __init__(self, engine: TrainableEngine, tokenizer, code_runner: CodeRunner | None, grader: Grader,
-                 rollout: RolloutConfig, rollouts_per_prompt: int):
+    def __init__(self, engine: TrainableEngine, tokenizer, code_runner: CodeRunner | None,
+                 grader: Grader | CustomReward, rollout: RolloutConfig, rollouts_per_prompt: int):
         self.engine = engine
         self.tokenizer = tokenizer  # the one the trajectories' token ids belong to
         self.grader = grader
@@ -99,7 +102,7 @@ class Sampler:
         """``rollouts_per_prompt`` graded rollouts of each problem, sampled with ``seed``."""
         self.engine.reseed(seed)
         self.tools.reset()
-        grades = GradeStream(self.grader)
+        score = self.scorer()
         started = time.perf_counter()
         last_rollout_end = started
 
@@ -109,9 +112,9 @@ class Sampler:
             trajectory = await self.agent.rollout(problem.problem, seed=seed)
             ended = time.perf_counter()
             last_rollout_end = max(last_rollout_end, ended)
-            grade = await grades.grade(trajectory.assistant_text, problem.answer)
+            scored = await score(trajectory.assistant_text, problem)
             span = (began - started, ended - started, time.perf_counter() - started)
-            return Rollout(trajectory, trajectory_facts(trajectory, grade.reward), span)
+            return Rollout(trajectory, trajectory_facts(trajectory, scored.reward), span, scored)
 
         n = self.rollouts_per_prompt
         groups = await asyncio.gather(*(asyncio.gather(*(one(p, derive_seed(seed, i, k)) for k in range(n)))
@@ -119,4 +122,26 @@ class Sampler:
         timings = {"rollout": last_rollout_end - started, "tools": self.tools.busy_s,
                    "reward": time.perf_counter() - last_rollout_end}
         return SampledBatch([list(group) for group in groups], timings)
+
+    def scorer(self) -> Callable[[str, Problem], Awaitable[Score]]:
+        """How this step scores a response: the user's function, or the verifier's grades
+        streamed in batches."""
+        if isinstance(self.grader, CustomReward):
+            reward = self.grader
+            return lambda response, problem: reward.score(response, problem.answer, problem.row)
+        grades = GradeStream(self.grader)
+
+        async def verified(response: str, problem: Problem) -> Score:
+            return verifier_score(await grades.grade(response, problem.answer))
+
+        return verified
+
+
+def verifier_score(grade: Grade) -> Score:
+    """The verifier's grade as a ``Score``: a check that overran or crashed is a failure."""
+    if grade.timed_out:
+        return Score(grade.reward, failure="timeout", message=f"the equivalence check of {grade.pred!r:.80} overran")
+    if grade.error is not None:
+        return Score(grade.reward, failure="error", message=grade.error)
+    return Score(grade.reward)
 

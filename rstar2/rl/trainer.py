@@ -131,10 +131,18 @@ class Trainer:
         metrics = step_metrics(batch.groups, decisions, stats, grad_norm, lr, timings)
         metrics.update(self.learner.measured)
         metrics.update(weight_version_metrics([r for g in batch.groups for r in g], step))
+        self.report_reward_failures(step + 1, [r.score for g in batch.groups for r in g if r.score is not None])
         shown = self.config.logging.rollouts_per_step
         rows = rollout_rows(step + 1, problems[:shown], batch.groups[:shown], decisions[:shown],
                             self.sampler.tokenizer)
         return metrics, rows
+
+    def report_reward_failures(self, step: int, scores) -> None:
+        """One console line for a step whose reward calls failed (the counts are metrics)."""
+        failed = [scored for scored in scores if scored.failure is not None]
+        if failed and self.console is not None:
+            self.console.print(f"[yellow]step {step}: {len(failed)} of {len(scores)} reward calls failed and "
+                               f"scored 0; the first: {failed[0].failure}: {failed[0].message}[/]")
 
     def save_if_due(self) -> None:
         step, every = self.completed_steps, self.config.checkpoint.every_steps
@@ -173,8 +181,10 @@ def rollout_rows(step: int, problems: Sequence[Problem], groups: Sequence[Sequen
                 "kept": index in decision.kept, "group_dropped": decision.dropped,
                 "answer": t.final_answer, "stop_reason": t.stop_reason,
                 "response_tokens": len(t.response_ids),
-                "tool_calls": [{"code": c.code, "status": c.status, "output": c.output, "duration_s": c.duration_s}
-                               for c in t.tool_calls],
+                "tool_calls": [{"tool": c.tool, "code": c.code, "arguments": c.arguments, "status": c.status,
+                                "output": c.output, "duration_s": c.duration_s} for c in t.tool_calls],
+                "reward_failure": rollout.score.failure if rollout.score else None,
+                "reward_message": rollout.score.message if rollout.score else None,
                 "response": "".join(turn.text for turn in t.turns),
                 "token_logprobs": token_logprobs(t, tokenizer),
                 "span_s": rollout.span_s,

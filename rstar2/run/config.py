@@ -21,6 +21,7 @@ from pydantic import Field, model_validator
 
 from rstar2.agent.rollout import RolloutConfig
 from rstar2.cluster.config import ClusterConfig
+from rstar2.data.problems import FieldMap
 from rstar2.engines.factory import RolloutEngineConfig
 from rstar2.rl.config import CheckpointConfig, LoggingConfig, ModelConfig, RLConfig
 from rstar2.section import Section
@@ -28,11 +29,22 @@ from rstar2.section import Section
 
 class DataConfig(Section):
     train: str
-    """Training problems: a JSONL file, one object per line with ``id``, ``problem`` and an
-    integer ``answer``, or a data set packaged with rstar2 by name ('gsm8k_train';
-    ``rstar2 data list``)."""
+    """The training problems (docs/data.md): a JSONL or Parquet file, a folder saved by
+    Hugging Face ``datasets``, a folder of such files, or a hub data set ``org/name[@revision]``
+    from the HF cache, or a data set packaged with rstar2 by name ('gsm8k_train'; ``rstar2 data
+    list``). Each row needs a problem and a gold answer, under the names ``fields``
+    gives them; the paper's RL data has integer answers (``rstar2 data integer-filter``)."""
+    fields: FieldMap = FieldMap()
+    """Which field of a row holds the problem, the answer and the id, e.g. ``{problem:
+    question, answer: final_answer}``."""
+    split: str | None = None
+    """The split of ``train`` to read where it has several (a ``DatasetDict`` folder, a hub
+    data set); null reads the only one."""
+    subset: str | None = None
+    """The subset (configuration) of a hub data set that has several."""
     keep_ids: str | None = None
-    """Optional text file with one problem id per line: only those problems are trained on.
+    """Only the problems this list names are trained on: a data set such as ``rstar2 data
+    difficulty-filter``'s output (read with ``fields``), or a text file of one id per line.
     Stage 3 uses it for the hard subset (problems not solved 8/8 by the stage-2 policy)."""
     max_prompt_tokens: int = Field(2048, ge=1)
     """Problems whose prompt is longer than this are skipped (release: 2048)."""

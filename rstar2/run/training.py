@@ -7,12 +7,14 @@
 the placement differs (``rstar2.run.placement``). In order, before anything is written: the
 placement checks the run (a cluster plan that cannot fit, a missing extra), a run folder that
 holds checkpoints is continued only with ``resume`` (never silently overwritten), and the
-training set is read and filtered (``data.keep_ids``, ``data.max_prompt_tokens``). Then the
+training set is read through ``data.fields`` and filtered (``data.keep_ids``,
+``data.max_prompt_tokens`` with the ``rollout.tools`` listed, whose factories are called here
+for their schemas), and the reward is imported (``rl.reward``, else the verifier). Then the
 resolved config goes to ``<run>/config.yaml``; the placement opens the sandboxes, the engine and
 the learner into one exit stack, which this function owns and closes in reverse whatever
 happens; the ``Sampler`` and the ``Trainer`` are wired around them (``build_trainer``), each
 with its own section; and the trained policy is exported as ``<run>/final`` with its card
-(``rstar2.agent.card``: the prompt and limits it was trained with).
+(``rstar2.agent.card``: the prompt, tools and limits it was trained with).
 """
 
 from __future__ import annotations
@@ -27,15 +29,15 @@ from rich.console import Console
 
 from rstar2.agent.card import ModelCard, new_card
 from rstar2.agent.prompt import ChatFormat
-from rstar2.agent.rollout import CodeRunner
+from rstar2.agent.tools import CodeRunner, ToolConfigError, ToolContext, describe_tools
 from rstar2.data import DataError
-from rstar2.data.benchmarks import benchmark_path
-from rstar2.data.problems import Problem, read_problems
+from rstar2.data.benchmarks import load_benchmark
+from rstar2.data.problems import Problem, read_ids
 from rstar2.engines.base import TrainableEngine
 from rstar2.engines.device import resolve_device
 from rstar2.engines.dtype_choice import ModelShapes, resolve_dtype
 from rstar2.engines.loading import load_tokenizer, loadable_model_dir
-from rstar2.reward import Grader
+from rstar2.reward import CustomReward, Grader, RewardError
 from rstar2.rl.checkpoint import check_run_dir
 from rstar2.rl.learner import Learner
 from rstar2.rl.sampler import Sampler
@@ -98,13 +100,15 @@ async def run_training(config: RunConfig, placement: Placement, *, resume: bool 
                        trained_by: str = "rstar2 train") -> Path:
     """The run ``config`` describes, its parts placed by ``placement``; returns the exported
     model directory. ``grader``: one the caller owns and keeps (the demo's, shared with its
-    evaluations); None opens one for the run. ``trained_by`` goes on the model's card."""
+    evaluations); None opens one for the run. A recipe's own reward (``rl.reward``) is used
+    instead of either. ``trained_by`` goes on the model's card."""
     console = console or Console()
     placement.check()
     check_run_dir(config.run_dir, resume)
     loadable_model_dir(config.model.path)  # a missing, gated or unsupported model: before anything
     tokenizer = load_tokenizer(config.model.path)
     problems = training_problems(config, tokenizer)  # bad data is refused before anything is written
+    reward = open_reward(config, grader)  # so is a reward function that cannot be imported
     config.run_dir.mkdir(parents=True, exist_ok=True)
     (config.run_dir / "config.yaml").write_text(
         yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
@@ -112,9 +116,10 @@ async def run_training(config: RunConfig, placement: Placement, *, resume: bool 
         urls = placement.open_sandboxes(stack)
         engine = placement.open_engine(tokenizer, stack)
         learner = placement.open_learner(engine, learner_settings(config, tokenizer.pad_token_id), stack)
-        grader = grader or stack.enter_context(Grader())  # one grading process per core
+        if reward is not grader:
+            stack.enter_context(reward)  # the run's own: closed with it
         sandbox = await stack.enter_async_context(SandboxClient(urls))
-        trainer = build_trainer(config, learner, engine, tokenizer, sandbox, grader, problems, console)
+        trainer = build_trainer(config, learner, engine, tokenizer, sandbox, reward, problems, console)
         trainer.restore(resume)
         if trainer.completed_steps:
             console.print(f"resuming {config.run_dir} after step {trainer.completed_steps}")
@@ -127,7 +132,7 @@ async def run_training(config: RunConfig, placement: Placement, *, resume: bool 
 
 
 def build_trainer(config: RunConfig, learner: Learner, engine: TrainableEngine, tokenizer,
-                  code_runner: CodeRunner | None, grader: Grader | None, problems: Sequence[Problem],
+                  code_runner: CodeRunner | None, grader: Grader | CustomReward, problems: Sequence[Problem],
                   console: Console | None = None) -> Trainer:
     """The step loop around ``learner`` and a ``Sampler`` over ``engine``: the agent gets the
     ``rollout:`` section as it is, the trainer its own settings."""
@@ -135,24 +140,52 @@ def build_trainer(config: RunConfig, learner: Learner, engine: TrainableEngine, 
     return Trainer(trainer_settings(config), learner, sampler, problems, console)
 
 
+def open_reward(config: RunConfig, grader: Grader | None = None) -> Grader | CustomReward:
+    """The run's reward: ``rl.reward``'s function (checked to import here, before the run
+    writes anything) in deadline-bounded workers, else the built-in verifier (``grader``, the
+    caller's, or a new one); both start their workers on first use. A new one is the caller's
+    to close."""
+    if config.rl.reward is None:
+        return grader or Grader()  # one grading process per core
+    try:
+        return CustomReward(config.rl.reward, deadline_s=config.rl.reward_deadline_s,
+                            binary=config.rl.roc.mode != "off")
+    except RewardError as error:
+        raise RewardError(f"rl.{error}") from None
+
+
+def tool_schemas(config: RunConfig) -> list[dict]:
+    """The schemas of ``rollout.tools``, as the prompt lists them; a list that cannot be built
+    is refused here, before the run writes anything."""
+    rollout = config.rollout
+    context = ToolContext(timeout_s=rollout.tool_timeout_s, python_name=rollout.prompt.tool_name)
+    try:
+        return describe_tools(rollout.tools, context)
+    except ToolConfigError as error:
+        raise ToolConfigError(f"rollout.tools: {error}") from None
+
+
 def run_card(config: RunConfig, trained_by: str) -> ModelCard:
-    """The card of a model this run trains: its prompt and rollout limits."""
+    """The card of a model this run trains: its prompt, tools and rollout limits."""
     return new_card(config.rollout.prompt, config.rollout.max_response_tokens,
-                    config.rollout.max_turns, f"{trained_by} ({config.name})")
+                    config.rollout.max_turns, f"{trained_by} ({config.name})", tools=config.rollout.tools)
 
 
 def training_problems(config: RunConfig, tokenizer) -> list[Problem]:
-    """The training set: ``data.train``, cut to ``data.keep_ids`` when given, without problems
-    whose prompt exceeds ``data.max_prompt_tokens``."""
-    problems = read_problems(benchmark_path(config.data.train))
-    if config.data.keep_ids:
-        if not Path(config.data.keep_ids).is_file():
-            raise DataError(f"data.keep_ids: {config.data.keep_ids}: no such file")
-        keep = set(Path(config.data.keep_ids).read_text().split())
+    """The training set: ``data.train`` (a packaged data set by name, or a source read through
+    ``data.fields``), cut to ``data.keep_ids`` when given, without problems whose prompt (with
+    ``rollout.tools`` listed) exceeds ``data.max_prompt_tokens``."""
+    data = config.data
+    problems = load_benchmark(data.train, fields=data.fields, split=data.split, subset=data.subset).problems
+    if data.keep_ids:
+        try:
+            keep = read_ids(data.keep_ids, data.fields)
+        except DataError as error:
+            raise DataError(f"data.keep_ids: {error}") from None
         problems = [p for p in problems if p.id in keep]
-    chat = ChatFormat(tokenizer, config.rollout.prompt)
-    problems = [p for p in problems if len(chat.prompt_ids(p.problem)) <= config.data.max_prompt_tokens]
+    chat = ChatFormat(tokenizer, config.rollout.prompt, tool_schemas(config))
+    problems = [p for p in problems if len(chat.prompt_ids(p.problem)) <= data.max_prompt_tokens]
     if not problems:
-        raise DataError(f"{config.data.train}: no training problem fits data.max_prompt_tokens "
-                        f"({config.data.max_prompt_tokens}) and data.keep_ids")
+        raise DataError(f"{data.train}: no training problem fits data.max_prompt_tokens "
+                        f"({data.max_prompt_tokens}) and data.keep_ids")
     return problems

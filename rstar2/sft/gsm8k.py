@@ -249,13 +249,12 @@ def write_gsm8k_conversations(source: str, out: Path, limit: int | None = None, 
     conversations at ``out`` for ``rstar2 sft``, played through the agent loop with the embedded
     model's tokenizer and a private sandbox. The conversations carry no system message, so the
     SFT recipe's prompt decides how they are asked."""
-    from rstar2.data.benchmarks import benchmark_path
-    from rstar2.data.problems import read_problems
+    from rstar2.data.benchmarks import load_benchmark
     from rstar2.engines.loading import load_tokenizer
     from rstar2.sandbox import SandboxClient, local_sandbox
     from rstar2.sft.dataset import write_traces
 
-    problems = read_problems(benchmark_path(source))[:limit]
+    problems = load_benchmark(source).problems[:limit]
     tokenizer, prompt = load_tokenizer("default"), PromptConfig()
 
     async def build(url: str) -> BuiltTraces:

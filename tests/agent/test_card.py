@@ -7,12 +7,15 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from rstar2.agent.card import CARD_FILE, CardError, new_card, read_card
+from rstar2.agent.card import CARD_FILE, CardError, new_card, read_card, write_card
 from rstar2.agent.prompt import PromptConfig
+from rstar2.agent.tools import ToolSpec
 from rstar2.cli import app
 from rstar2.cli.chat import chat_rollout_config
 from rstar2.cli.options import trained_card
 from rstar2.engines.server import create_app
+from rstar2.eval.launch import rollout_config
+from rstar2.eval.runner import EvalSettings
 from rstar2.rl.policy import save_policy
 from tests.engines.serving import serving
 
@@ -35,6 +38,22 @@ def test_the_card_lies_beside_the_weights(trained_dir):
     assert card.tool["function"]["name"] == "python"
     assert (card.max_response_tokens, card.max_turns, card.answer_tag) == (24, 2, True)
     assert read_card("default") is None
+
+
+def test_the_card_keeps_the_tools_a_model_was_trained_with_for_chat_and_eval(tmp_path):
+    tools = (ToolSpec(use="python"), ToolSpec(use="calculator"))
+    write_card(tmp_path, new_card(PromptConfig(variant="short"), 24, 2, "test", tools=tools))
+    card = read_card(str(tmp_path))
+    assert card.tools == tools
+    assert "tool execute_python_code_with_standard_io, tool calculator" in card.summary()
+    assert chat_rollout_config(card, True, None, None, None, 0.0).tools == tools
+    settings = EvalSettings(benchmarks=["gsm8k"], tool_specs=card.tools)
+    assert rollout_config(settings).tools == tools
+
+    older = json.loads((tmp_path / CARD_FILE).read_text())
+    del older["tools"]  # a card written before models recorded their tools
+    (tmp_path / CARD_FILE).write_text(json.dumps(older))
+    assert read_card(str(tmp_path)).tools == (ToolSpec(use="python"),)
 
 
 def test_a_broken_card_is_a_clear_error(tmp_path):
@@ -86,3 +105,17 @@ def test_serve_model_serves_the_card_to_clients(hf_engine, trained_dir):
     with serving(create_app(hf_engine, "smol")) as url:
         assert "rstar2" not in httpx.get(f"{url}/models").json()["data"][0]
         assert trained_card("smol", None, url) is None
+
+
+def test_chat_shows_a_call_of_another_tool_by_its_name(monkeypatch):
+    from rich.console import Console
+
+    from rstar2.agent.trajectory import ToolCallRecord
+    from rstar2.cli import chat
+
+    monkeypatch.setattr(chat, "console", Console(record=True, width=100))
+    chat.show_call(ToolCallRecord(turn=0, tool="calculator", arguments={"expression": "6*7"}, code=None,
+                                  raw="...", status="ok", output="42", error=False))
+    shown = chat.console.export_text()
+    assert "tool call: calculator" in shown and '{"expression": "6*7"}' in shown
+    assert "calculator: ok" in shown and "42" in shown and "sandbox" not in shown

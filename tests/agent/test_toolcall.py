@@ -1,4 +1,5 @@
-"""Tool-call parsing never raises, and each malformed call becomes an error the model reads."""
+"""Tool-call parsing never raises, and each malformed call becomes an error the model reads
+(argument checks are the tools', tests/agent/test_tools.py)."""
 
 import pytest
 
@@ -17,33 +18,36 @@ def test_well_formed_calls_in_order():
                                    % NAME)
             + " and " + call('{"name": "%s", "arguments": {"code": "x=input()", "input": "5"}}'
                              % NAME))
-    calls = parse_tool_calls(text, NAME)
-    assert calls == [ToolCall("print(1)", "", calls[0].raw), ToolCall("x=input()", "5", calls[1].raw)]
+    calls = parse_tool_calls(text, [NAME])
+    assert calls == [ToolCall(NAME, {"code": "print(1)", "input": ""}, calls[0].raw),
+                     ToolCall(NAME, {"code": "x=input()", "input": "5"}, calls[1].raw)]
 
 
-def test_arguments_as_a_json_string_and_missing_input_are_accepted():
+def test_arguments_as_a_json_string_are_accepted_and_every_offered_tool_is_known():
     [parsed] = parse_tool_calls(call('{"name": "%s", "arguments": "{\\"code\\": \\"1+1\\"}"}' % NAME),
-                                NAME)
-    assert parsed == ToolCall("1+1", "", parsed.raw)
+                                [NAME])
+    assert parsed == ToolCall(NAME, {"code": "1+1"}, parsed.raw)
+    [other] = parse_tool_calls(call('{"name": "calculator", "arguments": {"expression": "2+2"}}'), [NAME, "calculator"])
+    assert other == ToolCall("calculator", {"expression": "2+2"}, other.raw)
 
 
 @pytest.mark.parametrize("payload, message", [
     ('{"name": "%s", "arguments": {"code": "print(1)"' % NAME, "not valid JSON"),
-    ('{"name": "search", "arguments": {"query": "x"}}', "unknown tool 'search'"),
-    ('{"name": "%s", "arguments": {"input": "1"}}' % NAME, 'missing the "code" argument'),
-    ('{"name": "%s", "arguments": {"code": 5}}' % NAME, 'missing the "code" argument'),
-    ('{"name": "%s", "arguments": {"code": "1", "input": [1]}}' % NAME, '"input" argument'),
+    ('{"name": "search", "arguments": {"query": "x"}}', f"unknown tool 'search'; the only tool is '{NAME}'"),
+    ('{"name": "%s", "arguments": [1]}' % NAME, '"arguments" must be a JSON object'),
     ('["not", "an", "object"]', "JSON object"),
 ])
 def test_malformed_calls_become_parse_errors(payload, message):
-    [parsed] = parse_tool_calls(call(payload), NAME)
+    [parsed] = parse_tool_calls(call(payload), [NAME])
     assert isinstance(parsed, ParseError) and message in parsed.message
+    [several] = parse_tool_calls(call('{"name": "search"}'), [NAME, "calculator"])
+    assert f"the tools are '{NAME}', 'calculator'" in several.message
 
 
 def test_unclosed_call_is_an_error_and_plain_text_has_no_calls():
-    [parsed] = parse_tool_calls('ok <tool_call>{"name": "%s"' % NAME, NAME)
+    [parsed] = parse_tool_calls('ok <tool_call>{"name": "%s"' % NAME, [NAME])
     assert isinstance(parsed, ParseError) and "not closed" in parsed.message
-    assert parse_tool_calls("The answer is <answer>\\boxed{4}</answer>", NAME) == []
+    assert parse_tool_calls("The answer is <answer>\\boxed{4}</answer>", [NAME]) == []
 
 
 def test_tool_output_for_each_outcome():

@@ -44,7 +44,7 @@ def test_every_bad_row_is_reported_with_its_line_number(tmp_path):
     assert "5 bad rows" in message
     assert "line 2: missing 'answer'" in message
     assert "line 3: empty 'problem'" in message
-    assert "line 4: missing 'problem' (it has 'question'" in message
+    assert "line 4: missing 'problem' (the row has 'question': map it with data.fields.problem" in message
     assert "line 5: empty 'answer'" in message
     assert "line 7: id 'dup' already used on line 6" in message
     assert "line 1:" not in message

@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from rstar2.agent.tools import ToolSpec
 from rstar2.eval.runner import EvalSettings, RunConflict, check_output_dir
 from tests.engines.serving import serve_model_process
 
@@ -98,6 +99,21 @@ def test_resume_refuses_other_generation_settings(tmp_path):
     check_output_dir(tmp_path, settings.model_copy(update={"n": 32, "limit": 5}), resume=True)
     with pytest.raises(RunConflict, match=r"temperature: 0.6 -> 1.0; tools: True -> False"):
         check_output_dir(tmp_path, settings.model_copy(update={"temperature": 1.0, "tools": False}), resume=True)
+    with pytest.raises(RunConflict, match=r"tool_specs: \['python'\] -> \['python', 'calculator'\]"):
+        check_output_dir(tmp_path, settings.model_copy(update={"tool_specs": (ToolSpec(use="python"),
+                                                                              ToolSpec(use="calculator"))}),
+                         resume=True)
+
+
+def test_a_run_recorded_before_tool_specs_resumes_with_the_default_tools(tmp_path):
+    settings = EvalSettings(benchmarks=["gsm8k"])
+    older = {name: value for name, value in settings.model_dump(mode="json").items() if name != "tool_specs"}
+    (tmp_path / "config.json").write_text(json.dumps(older))
+    (tmp_path / "samples.jsonl").write_text('{"partial": ')
+    check_output_dir(tmp_path, settings, resume=True)
+    with pytest.raises(RunConflict, match="tool_specs"):
+        check_output_dir(tmp_path, settings.model_copy(update={"tool_specs": (ToolSpec(use="calculator"),)}),
+                         resume=True)
 
 
 def test_cli_errors_are_clear(tmp_path):
