@@ -19,14 +19,12 @@ no data-file suffix, and no file or folder of that name exists here.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from rstar2.data.jsonl import DataError
 from rstar2.data.tables import ROW_READERS
+from rstar2.engines.hub import HUB_ID, download_snapshot
 
-HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>[\w./-]+))?$")
-"""``org/name`` with an optional ``@revision``."""
 CARD = "README.md"
 
 
@@ -38,32 +36,8 @@ def is_hub_id(spec: str) -> bool:
 
 def dataset_snapshot(spec: str) -> Path:
     """The local snapshot folder of the hub data set ``spec`` (module docstring)."""
-    from huggingface_hub import constants, snapshot_download
-    from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError,
-                                        RepositoryNotFoundError, RevisionNotFoundError)
-
     match = HUB_ID.match(spec)
     if match is None:
         raise DataError(f"{spec!r} is not a Hugging Face hub id (org/name[@revision])")
-    repo, revision = match["repo"], match["revision"]
     patterns = [CARD, *(f"*{suffix}" for suffix in ROW_READERS)]
-    try:
-        return Path(snapshot_download(repo, repo_type="dataset", revision=revision,
-                                      allow_patterns=patterns))
-    except GatedRepoError:
-        raise DataError(f"{spec} is a gated data set: accept its terms on "
-                        f"https://huggingface.co/datasets/{repo} and log in (hf auth login, or "
-                        "set HF_TOKEN)") from None
-    except RepositoryNotFoundError:
-        raise DataError(f"{spec}: no such data set on the Hugging Face hub (check the name; a "
-                        "private one needs hf auth login or HF_TOKEN)") from None
-    except RevisionNotFoundError:
-        raise DataError(f"{spec}: the data set has no revision {revision!r}") from None
-    except LocalEntryNotFoundError:
-        why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else "the hub cannot be reached"
-        raise DataError(f"{spec} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
-                        f"{why}: download it where there is a network (hf download {repo} "
-                        "--repo-type dataset) or point HF_HUB_CACHE at a cache that holds it") from None
-    except HfHubHTTPError as error:
-        raise DataError(f"{spec}: the hub answered {error.response.status_code}: "
-                        f"{str(error).splitlines()[0]}") from None
+    return download_snapshot(match["repo"], match["revision"], patterns, DataError, repo_type="dataset")

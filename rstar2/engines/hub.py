@@ -57,28 +57,40 @@ def hub_snapshot(spec: str, weights: bool = True) -> Path:
 def cached_snapshot(repo: str, revision: str | None, weights: bool, cache: str, offline: bool) -> Path:
     """One resolution per process and request: a command asks for its model several times
     (tokenizer, weights, card), and each online ask is a round trip to the hub."""
-    from huggingface_hub import snapshot_download
+    patterns = [*CONFIG_FILES, *TOKENIZER_FILES, *(WEIGHT_FILES if weights else ())]
+    return download_snapshot(repo, revision, patterns, ModelNotFound)
+
+
+def download_snapshot(repo: str, revision: str | None, patterns: list[str],
+                      error: type[Exception], repo_type: str = "model") -> Path:
+    """``huggingface_hub.snapshot_download`` of the files matching ``patterns``, every way it
+    fails (no such repository, gated, unknown revision, offline and not cached, the hub
+    unreachable) raised as one ``error`` line that says what to do; models and data sets
+    (``repo_type='dataset'``) alike."""
+    from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError,
                                         RepositoryNotFoundError, RevisionNotFoundError)
 
-    patterns = [*CONFIG_FILES, *TOKENIZER_FILES, *(WEIGHT_FILES if weights else ())]
+    noun = "data set" if repo_type == "dataset" else "model"
+    page = f"https://huggingface.co/{'datasets/' if repo_type == 'dataset' else ''}{repo}"
     named = f"{repo}@{revision}" if revision else repo
     try:
-        return Path(snapshot_download(repo, revision=revision, allow_patterns=patterns))
+        return Path(snapshot_download(repo, repo_type=repo_type, revision=revision,
+                                      allow_patterns=patterns))
     except GatedRepoError:
-        raise ModelNotFound(f"{named} is a gated model: accept its terms on "
-                            f"https://huggingface.co/{repo} and log in (hf auth login, or set "
-                            "HF_TOKEN)") from None
+        raise error(f"{named} is a gated {noun}: accept its terms on {page} and log in (hf auth "
+                    "login, or set HF_TOKEN)") from None
     except RepositoryNotFoundError:
-        raise ModelNotFound(f"{named}: no such model on the Hugging Face hub (check the name; "
-                            "a private model needs hf auth login or HF_TOKEN)") from None
+        raise error(f"{named}: no such {noun} on the Hugging Face hub (check the name; a private "
+                    f"{noun} needs hf auth login or HF_TOKEN)") from None
     except RevisionNotFoundError:
-        raise ModelNotFound(f"{named}: the model has no revision {revision!r}") from None
+        raise error(f"{named}: the {noun} has no revision {revision!r}") from None
     except LocalEntryNotFoundError:
-        why = "HF_HUB_OFFLINE is set" if offline else "the hub cannot be reached"
-        raise ModelNotFound(f"{named} is not in the Hugging Face cache ({cache}) and {why}: "
-                            f"download it where there is a network (hf download {named}) "
-                            "or point HF_HUB_CACHE at a cache that holds it") from None
-    except HfHubHTTPError as error:
-        raise ModelNotFound(f"{named}: the hub answered {error.response.status_code}: "
-                            f"{str(error).splitlines()[0]}") from None
+        why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else "the hub cannot be reached"
+        fetch = f"hf download {named}" + (" --repo-type dataset" if repo_type == "dataset" else "")
+        raise error(f"{named} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
+                    f"{why}: download it where there is a network ({fetch}) or point "
+                    "HF_HUB_CACHE at a cache that holds it") from None
+    except HfHubHTTPError as failure:
+        raise error(f"{named}: the hub answered {failure.response.status_code}: "
+                    f"{str(failure).splitlines()[0]}") from None

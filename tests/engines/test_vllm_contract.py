@@ -170,6 +170,14 @@ class Recorder:
 
 
 @pytest.fixture
+def model_dir(tmp_path) -> str:
+    """A model folder that exists: with HF_HUB_OFFLINE (the tests' setting) vLLM's engine
+    arguments resolve a path that does not exist as a hub id in the cache."""
+    (tmp_path / "m").mkdir()
+    return str(tmp_path / "m")
+
+
+@pytest.fixture
 def recorded(monkeypatch):
     """``vllm.AsyncLLMEngine`` whose ``from_engine_args`` keeps the engine arguments and
     hands out a ``Recorder``; yields ``(engine_args_seen, recorder)``."""
@@ -231,7 +239,7 @@ def drive(engine) -> None:
     asyncio.run(run())
 
 
-def test_every_call_on_asyncllm_binds_to_the_real_signature(recorded):
+def test_every_call_on_asyncllm_binds_to_the_real_signature(recorded, model_dir):
     from vllm.distributed.weight_transfer.base import (
         WeightTransferInitRequest,
         WeightTransferUpdateRequest,
@@ -241,7 +249,7 @@ def test_every_call_on_asyncllm_binds_to_the_real_signature(recorded):
     from rstar2.engines.vllm import ASYNC_LLM_CALLS, VLLMEngine
 
     _, recorder = recorded
-    engine = VLLMEngine("/models/m", dtype="bfloat16")
+    engine = VLLMEngine(model_dir, dtype="bfloat16")
     drive(engine)
     assert engine.transfer_workers() == 2  # vllm_config.parallel_config.world_size
     assert {name for name, _, _ in recorder.calls} == set(ASYNC_LLM_CALLS)
@@ -255,7 +263,7 @@ def test_every_call_on_asyncllm_binds_to_the_real_signature(recorded):
     assert resets[:2] == [{}, {"reset_running_requests": True}]  # False, then preempt
 
 
-def test_engine_args_are_vllms(recorded):
+def test_engine_args_are_vllms(recorded, model_dir):
     """Built with vLLM's ``AsyncEngineArgs`` from the arguments an in-process engine and a Ray
     member pass (a dataclass: an unknown field is a TypeError)."""
     from vllm.config import WeightTransferConfig
@@ -270,7 +278,7 @@ def test_engine_args_are_vllms(recorded):
                       engine_args={"gpu_memory_utilization": 0.8, "max_model_len": 4096})
     settings = member_settings(spec, model="default", dtype="bfloat16", seed=3)
     settings.update(tensor_parallel_size=2, distributed_executor_backend="mp")  # VLLMRayMember
-    asyncio.run(VLLMEngine("/models/m", dtype="bfloat16", seed=1).close())
+    asyncio.run(VLLMEngine(model_dir, dtype="bfloat16", seed=1).close())
     asyncio.run(VLLMEngine(**settings).close())
     for args in seen:
         assert isinstance(args, AsyncEngineArgs) and args.logprobs_mode == "processed_logprobs"
@@ -285,12 +293,12 @@ def test_engine_args_are_vllms(recorded):
     SamplingParams(temperature=0.6, max_tokens=3, stop=("</code>",), stop_token_ids=(2, 7)),
     SamplingParams(max_tokens=4, stop_token_ids=()),
 ])
-def test_sampling_params_are_vllms(recorded, params):
+def test_sampling_params_are_vllms(recorded, model_dir, params):
     import vllm
 
     from rstar2.engines.vllm import VLLMEngine
 
-    engine = VLLMEngine("/models/m")
+    engine = VLLMEngine(model_dir)
     sampling = engine.sampling_params(params)
     asyncio.run(engine.close())
     assert isinstance(sampling, vllm.SamplingParams)
@@ -303,7 +311,7 @@ def test_sampling_params_are_vllms(recorded, params):
 
 
 @pytest.mark.parametrize("flat", [False, True])
-def test_outputs_and_prompts_are_read_as_vllm_builds_them(recorded, flat):
+def test_outputs_and_prompts_are_read_as_vllm_builds_them(recorded, model_dir, flat):
     """Every finish reason vLLM has is kept; log-probs are read from both of vLLM's layouts;
     the prompt goes in as vLLM's ``TokensPrompt``."""
     from vllm.v1.engine import FINISH_REASON_STRINGS
@@ -312,7 +320,7 @@ def test_outputs_and_prompts_are_read_as_vllm_builds_them(recorded, flat):
 
     _, recorder = recorded
     assert set(FINISH_REASONS) == set(FINISH_REASON_STRINGS)
-    engine = VLLMEngine("/models/m")
+    engine = VLLMEngine(model_dir)
     for reason in FINISH_REASON_STRINGS:
         recorder.answers["generate"] = lambda prompt, *a, **k: finished_output(
             prompt["prompt_token_ids"], reason, flat)
@@ -358,7 +366,7 @@ def test_the_old_collective_rpc_weight_path_fails_on_vllms_wire(monkeypatch):
     assert not isinstance(arrived[0][1], torch.Tensor) and arrived[0][1][:2] == ["float32", [2, 2]]
 
 
-def test_every_rpc_survives_vllms_wire(recorded):
+def test_every_rpc_survives_vllms_wire(recorded, model_dir):
     """What rstar2 sends through ``collective_rpc`` and vLLM's weight-transfer requests arrives
     unchanged (as lists), and the worker extension reads the tensors back from it."""
     from vllm.distributed.weight_transfer.nccl_common import NCCLWeightTransferInitInfo
@@ -368,7 +376,7 @@ def test_every_rpc_survives_vllms_wire(recorded):
     from rstar2.engines.vllm_worker import read_rows
 
     _, recorder = recorded
-    engine = VLLMEngine("/models/m")
+    engine = VLLMEngine(model_dir)
     state = {"a": torch.arange(6, dtype=torch.bfloat16).view(2, 3), "b": torch.ones(5)}
     loaded = {}
 
