@@ -46,8 +46,9 @@ TORCH_INDEX=${RSTAR2_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
 stamp="$VENV/.rstar2-installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "setup: installing rstar2 and its dependencies into $VENV" >&2
-  pip_install -e ".[dev,ray]"  # ray: the fleet's actor members, the distributed learner, their tests
-  "$VENV/bin/python" -c "import rstar2, fastapi, transformers, math_verify, playwright, ray" && touch "$stamp"
+  pip_install -e ".[dev,ray,data]"  # ray: the fleet's actor members, the distributed learner, their tests
+  "$VENV/bin/python" -c "import rstar2, fastapi, transformers, math_verify, playwright, ray, pyarrow, datasets" \
+    && touch "$stamp"
 fi
 # The vLLM wheel the contract tests check rstar2 against, without its CUDA dependencies, and
 # the light packages its Python modules import (scripts/vllm-test-requirements.txt says which

@@ -86,7 +86,8 @@ def pyarrow_module(path: Path, name: str):
     try:
         return importlib.import_module(name)
     except ImportError:
-        raise DataError(f"{path}: reading {path.suffix} files needs pyarrow (pip install pyarrow)") from None
+        raise DataError(f"{path}: reading {path.suffix} files needs pyarrow "
+                        "(pip install -e '.[data]' in the clone)") from None
 
 
 def first_line(error: BaseException) -> str:
