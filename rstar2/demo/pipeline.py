@@ -234,6 +234,7 @@ class Evaluator:
         self.solve = agent_solver(Agent(engine, tokenizer, sandbox, rollout))
         self.settings = EvalSettings(benchmarks=[str(heldout)], n=1, temperature=0.0,
                                      max_tokens=settings.eval_max_tokens, max_turns=settings.eval_max_turns,
+                                     prompt=prompt.variant, tool_name=prompt.tool_name,
                                      concurrency=len(self.benchmark.problems))
         self.seconds: dict[str, float] = {}
 

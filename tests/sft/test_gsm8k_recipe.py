@@ -86,6 +86,7 @@ def test_the_recipe_runs_sft_the_curriculum_rl_and_evaluation_on_the_real_model(
     assert summary["evaluated_on"] == "gsm8k (4 of 1319)"
     assert {"data", "sft", "pass_rate", "rl", "eval_base", "eval_sft", "eval_final"} <= summary["phase_seconds"].keys()
     assert len((run / "data" / "gsm8k_test_eval.jsonl").read_text().splitlines()) == 4
+    assert "prompt=short" in (run / "eval" / "sft" / "results.md").read_text()  # the prompt it was asked with
     assert json.loads((run / "data" / "decontamination.json").read_text())["overlapping_rows"] > 0
     assert (run / "sft" / "final" / "config.json").is_file() and (run / "final" / "config.json").is_file()
     assert (run / "sft" / "metrics.jsonl").is_file()  # the cold start is an `rstar2 sft` run
