@@ -12,13 +12,15 @@ from rstar2.cli.app import app, fail
 from rstar2.cli.options import RecipeDevice, announce_device, one_of
 from rstar2.cli.train import refuse_missing_logger
 
-NAMED_RECIPES = {"cpu-demo": RECIPES / "cpu-demo.yaml", "gsm8k": RECIPES / "gsm8k-cpu.yaml"}
+NAMED_RECIPES = {"cpu-demo": RECIPES / "cpu-demo.yaml", "gsm8k": RECIPES / "gsm8k-cpu.yaml",
+                 "gsm8k-gpu": RECIPES / "gsm8k-gpu.yaml"}
 
 
 @app.command()
 def demo(
     recipe: str = typer.Option("cpu-demo", "--recipe", metavar="RECIPE", help="'cpu-demo' (generated arithmetic), 'gsm8k' "
-                               "(GSM8K train -> GSM8K test, recipes/gsm8k-cpu.yaml), or a recipe "
+                               "(GSM8K train -> GSM8K test, recipes/gsm8k-cpu.yaml), 'gsm8k-gpu' (the "
+                               "same on one GPU with all the data, recipes/gsm8k-gpu.yaml), or a recipe "
                                "file; one with a `gsm8k:` section runs the GSM8K pipeline."),
     name: str = typer.Option(None, "--name", metavar="NAME", help="Run folder under runs/ (default: the recipe's name)."),
     overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help="Dotted override of the recipe, "

@@ -41,6 +41,9 @@ IGNORE = -100
 ATTENTION = "rstar2_packed"
 MIN_SHARED_PREFIX = 16
 """A common opening shorter than this is not shared (not worth a separate attention part)."""
+KEY_ALIGNMENT = 16
+"""The batched attention's key length is a multiple of this (the fused GPU kernels want masks
+whose rows are aligned; fewer distinct shapes too)."""
 
 
 @dataclass(frozen=True)
@@ -116,31 +119,86 @@ def pack_rows(sequences: Sequence[TrainSequence], row_tokens: int, share_prefix:
                       prefix=prefix, lengths=[len(s) - prefix for s in row]) for row in rows]
 
 
+@dataclass(frozen=True)
+class SegmentLayout:
+    """How one layer attends over a packed row's sequences: a call per sequence (``batch`` None),
+    or all of them in one call as a padded batch. One call per sequence wastes nothing on
+    padding, which makes it the faster form on a CPU; on a GPU each call costs a kernel launch
+    and a new shape, more than the attention itself, so there the row attends as one batch
+    (docs/benchmarks.md has both measurements)."""
+
+    prefix: int
+    segments: list[tuple[int, int]]
+    batch: "PaddedSegments | None" = None
+
+    @classmethod
+    def of(cls, row: PackedRow, device: torch.device, batched: bool | None = None) -> "SegmentLayout":
+        """``row``'s layout on ``device``; ``batched`` None: one batch everywhere but on a CPU."""
+        batched = device.type != "cpu" if batched is None else batched
+        return cls(row.prefix, row.segments, PaddedSegments.of(row, device) if batched else None)
+
+
+@dataclass(frozen=True)
+class PaddedSegments:
+    """A packed row's sequences as one padded batch (``SegmentLayout``)."""
+
+    index: torch.Tensor
+    """[sequences, width]: the row position of each sequence's i-th token (padding repeats its first)."""
+    mask: torch.Tensor
+    """[sequences, 1, width, prefix + width]: what a query sees: the prefix, and its own sequence causally."""
+    real: torch.Tensor
+    """Positions of the flattened [sequences * width] that hold a sequence's token, in row order."""
+
+    @classmethod
+    def of(cls, row: PackedRow, device: torch.device) -> "PaddedSegments":
+        prefix, lengths = row.prefix, torch.tensor(row.lengths)
+        width = -(-(prefix + max(row.lengths)) // KEY_ALIGNMENT) * KEY_ALIGNMENT - prefix
+        starts = torch.tensor([start for start, _ in row.segments])
+        columns = torch.arange(width)
+        inside = columns[None, :] < lengths[:, None]
+        index = torch.where(inside, starts[:, None] + columns[None, :], starts[:, None])
+        # a padding query sees its sequence's tokens too (never nothing: that would be NaN); its output is dropped
+        own = (columns[None, :, None] >= columns[None, None, :]) & inside[:, None, :]
+        mask = torch.cat([torch.ones(len(row.lengths), width, prefix, dtype=torch.bool), own], dim=2)[:, None]
+        return cls(index.to(device), mask.to(device), inside.flatten().nonzero()[:, 0].to(device))
+
+
 def segment_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
-                      packed_segments: Sequence[tuple[int, int]] = (), packed_prefix: int = 0, **kwargs):
-    """transformers' SDPA attention run separately on each sequence of a packed row, the
-    outputs laid end to end again: the shared prefix attends causally to itself, each sequence
-    to the prefix and causally to itself; attention never crosses from one sequence to another."""
+                      packed_layout: SegmentLayout | None = None, **kwargs):
+    """transformers' SDPA attention over a packed row (``SegmentLayout``): the shared prefix
+    attends causally to itself, each sequence to the prefix and causally to itself; attention
+    never crosses from one sequence to another. Returns [1, row, heads, dim] as SDPA does."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    if not packed_segments:
-        raise ValueError("segment attention needs packed_segments (call packed_nll)")
+    if packed_layout is None:
+        raise ValueError("segment attention needs a packed_layout (call packed_nll)")
+    p, batch = packed_layout.prefix, packed_layout.batch
 
-    def attend(queries: slice, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        return sdpa_attention_forward(module, query[:, :, queries], keys, values, mask, dropout=dropout,
-                                      scaling=scaling, **kwargs)[0]
+    def attend(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None):
+        return sdpa_attention_forward(module, queries, keys, values, mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)[0]
 
-    p = packed_prefix
-    outputs = [attend(slice(0, p), key[:, :, :p], value[:, :, :p], None)] if p else []
-    for a, b in packed_segments:
+    outputs = [attend(query[:, :, :p], key[:, :, :p], value[:, :, :p], None)] if p else []
+    if batch is not None:
+        count = batch.index.shape[0]
+
+        def batched(states: torch.Tensor, with_prefix: bool) -> torch.Tensor:
+            """[1, heads, row, dim] -> [sequences, heads, (prefix +) width, dim]."""
+            own = states[0][:, batch.index].transpose(0, 1)
+            return torch.cat([states[:, :, :p].expand(count, -1, -1, -1), own], dim=2) if with_prefix and p else own
+
+        out = attend(batched(query, False), batched(key, True), batched(value, True), batch.mask)
+        outputs.append(out.flatten(0, 1)[batch.real][None])  # [1, row - prefix, heads, dim], in row order
+        return torch.cat(outputs, dim=1), None
+    for a, b in packed_layout.segments:
         if not p:
-            outputs.append(attend(slice(a, b), key[:, :, a:b], value[:, :, a:b], None))
+            outputs.append(attend(query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], None))
             continue
         own = torch.ones(b - a, b - a, dtype=torch.bool, device=query.device).tril()
         mask = torch.cat([torch.ones(b - a, p, dtype=torch.bool, device=query.device), own], dim=1)
         keys = torch.cat([key[:, :, :p], key[:, :, a:b]], dim=2)
         values = torch.cat([value[:, :, :p], value[:, :, a:b]], dim=2)
-        outputs.append(attend(slice(a, b), keys, values, mask[None, None]))
+        outputs.append(attend(query[:, :, a:b], keys, values, mask[None, None]))
     return torch.cat(outputs, dim=1), None
 
 
@@ -174,7 +232,7 @@ def packed_attention(model: torch.nn.Module) -> Iterator[None]:
         base.set_attn_implementation(previous)
 
 
-def packed_nll(model: torch.nn.Module, row: PackedRow) -> torch.Tensor:
+def packed_nll(model: torch.nn.Module, row: PackedRow, batched: bool | None = None) -> torch.Tensor:
     """The summed negative log-likelihood of the trained tokens of ``row`` (inside
     ``packed_attention``): one decoder pass, the LM head only where a target is."""
     device = module_device(model)
@@ -183,7 +241,7 @@ def packed_nll(model: torch.nn.Module, row: PackedRow) -> torch.Tensor:
     targets = torch.tensor(row.targets, device=device)
     decoder, head = causal_lm_parts(model)
     hidden = decoder(input_ids=ids, position_ids=positions, use_cache=False,
-                     packed_segments=row.segments, packed_prefix=row.prefix).last_hidden_state[0]
+                     packed_layout=SegmentLayout.of(row, device, batched)).last_hidden_state[0]
     trained = targets != IGNORE
     logits = head(hidden[trained])
     return torch.nn.functional.cross_entropy(logits.float(), targets[trained], reduction="sum")
