@@ -5,11 +5,14 @@
         loss = sum(packed_nll(model, row) for row in rows)   # = the sequences' summed NLL
 
 A row lays sequences end to end (first fit, longest first), so a forward pass spends nothing on
-padding. Attention is split at the sequence borders (``segment_attention``): each sequence runs
-its own causal SDPA over its own tokens, so a row of L tokens holding sequences of about l
-tokens costs attention of order L·l rather than L² (a dense block-diagonal mask over the row
-would cost L², on a CPU, where no varlen kernel exists, about a third of an SFT step at
-L = 1024: docs/benchmarks.md).
+padding. Attention is split at the sequence borders (``segment_attention``): each sequence
+attends causally over its own tokens, so a row of L tokens holding sequences of about l tokens
+costs attention of order L·l rather than L² (a dense block-diagonal mask over the row would
+cost L², on a CPU, where no varlen kernel exists, about a third of an SFT step at L = 1024:
+docs/benchmarks.md). On a CPU each sequence gets its own SDPA call; on a GPU, where a call per
+sequence costs more in launches and new kernel shapes than the attention itself, a layer
+attends for all of a row's sequences in one call over them padded into a batch
+(``SegmentLayout``).
 
 The sequences of a row usually open with the same tokens: the system prompt and the chat
 template up to the question (a third of a short GSM8K trace). The row holds that shared prefix
@@ -32,6 +35,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
+from torch.nn.attention import SDPBackend
 
 from rstar2.engines.device import module_device
 from rstar2.rl.batch import TrainSequence
@@ -41,6 +45,9 @@ IGNORE = -100
 ATTENTION = "rstar2_packed"
 MIN_SHARED_PREFIX = 16
 """A common opening shorter than this is not shared (not worth a separate attention part)."""
+BATCHED_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+"""SDPA kernels the padded batch may use: not cuDNN's, which builds a graph for every new shape
+(a packed row's batch has a new shape nearly every step) and measured twice as slow here."""
 KEY_ALIGNMENT = 16
 """The batched attention's key length is a multiple of this (the fused GPU kernels want masks
 whose rows are aligned; fewer distinct shapes too)."""
@@ -187,7 +194,8 @@ def segment_attention(module, query, key, value, attention_mask, dropout: float 
             own = states[0][:, batch.index].transpose(0, 1)
             return torch.cat([states[:, :, :p].expand(count, -1, -1, -1), own], dim=2) if with_prefix and p else own
 
-        out = attend(batched(query, False), batched(key, True), batched(value, True), batch.mask)
+        with torch.nn.attention.sdpa_kernel(BATCHED_BACKENDS):
+            out = attend(batched(query, False), batched(key, True), batched(value, True), batch.mask)
         outputs.append(out.flatten(0, 1)[batch.real][None])  # [1, row - prefix, heads, dim], in row order
         return torch.cat(outputs, dim=1), None
     for a, b in packed_layout.segments:

@@ -6,8 +6,10 @@ model, sandbox and verifier, evaluated on GSM8K test problems with the tool."""
 import json
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
+from rstar2 import RECIPES
 from rstar2.cli import app
 from rstar2.data import find_overlaps, load_benchmark
 from rstar2.demo.gsm8k import RECIPE, easiest_first, gsm8k_splits, load_recipe, run_gsm8k
@@ -52,6 +54,27 @@ def test_rl_candidates_are_the_easiest_first():
     for level in set(steps):  # the seeded order within a level
         within = [p.id for p, n in zip(picked, steps) if n == level]
         assert within == [p.id for p in problems if p.id in within]
+
+
+def test_the_gpu_recipe_is_the_cpu_recipe_with_the_gpus_sizes():
+    gpu_settings, gpu = load_recipe(RECIPES / "gsm8k-gpu.yaml")
+    cpu_settings, cpu = load_recipe(RECIPE)
+    assert gpu.name == "gsm8k-gpu" and gpu.data.train.endswith("gsm8k-gpu/data/rl_train.jsonl")
+    assert gpu.model.device == "cuda" and (gpu_settings.sft_problems, gpu_settings.eval_problems) == (0, 0)
+    assert gpu.rl.steps > cpu.rl.steps and gpu.rl.prompts_per_step > cpu.rl.prompts_per_step
+    assert gpu_settings.rl_candidates > cpu_settings.rl_candidates
+    for same in ("rollout", "engine"):  # how it samples, what it trains with: the CPU recipe's
+        assert getattr(gpu, same) == getattr(cpu, same), same
+    assert (gpu.rl.roc, gpu.rl.optimizer, gpu.rl.group_size) == (cpu.rl.roc, cpu.rl.optimizer, cpu.rl.group_size)
+    assert (gpu_settings.sft.lr, gpu_settings.train, gpu_settings.test) == (cpu_settings.sft.lr, cpu_settings.train,
+                                                                           cpu_settings.test)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+def test_the_gpu_recipe_refuses_a_machine_without_one():
+    result = CliRunner().invoke(app, ["demo", "--recipe", "gsm8k-gpu"])
+    assert result.exit_code == 2 and "'cuda' was asked for but torch sees no CUDA GPU" in result.output
+    assert "Traceback" not in result.output
 
 
 def test_demo_command_refuses_bad_recipes_in_one_line(tmp_path):
