@@ -60,7 +60,7 @@ def sync_seconds(pushes: int) -> dict[str, float]:
         ray.init(num_cpus=config.cluster.cpus_per_node, include_dashboard=False, log_to_driver=False)
     fleet = open_fleet([MemberSpec(ray=True)] * 2, "static", model="default", dtype="float32",
                        seed=0, tokenizer=tokenizer)
-    learner = DistributedLearner(cluster_job(config), learner_settings(config, tokenizer.pad_token_id), fleet)
+    learner = DistributedLearner(cluster_job(config), learner_settings(config), fleet)
     try:
         asyncio.run(learner.push_weights())  # opens the broadcast group
         broadcast = [asyncio.run(learner.sync.push()) for _ in range(pushes)]

@@ -99,7 +99,7 @@ async def one_step(config, model, tokenizer, fleet, url, problems) -> None:
     try:
         with Grader() as grader:  # one grading process per core, as the demo
             async with SandboxClient([url]) as sandbox:
-                learner = LocalLearner(learner_settings(config, tokenizer.pad_token_id), model, fleet)
+                learner = LocalLearner(learner_settings(config), model, fleet)
                 trainer = build_trainer(config, learner, fleet, tokenizer, sandbox, grader, problems)
                 trainer.restore(resume=False)
                 await trainer.run()

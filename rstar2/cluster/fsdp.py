@@ -99,11 +99,10 @@ def sharded_logprobs(model, sequences: Sequence[TrainSequence], settings: Update
     batches = micro_batches(sequences, settings.micro_batch_tokens)
     scored, drift = {}, LogprobDrift()
     for batch, weight in rank_batches(list(range(len(batches))), rank, world):
-        logprobs = recompute_logprobs(model, batches[batch], settings)
+        fresh = recompute_logprobs(model, batches[batch], settings)
         if weight:
-            drift = drift + logprob_drift(logprobs, batches[batch], settings)
-            scored[batch] = [logprobs[row, logprobs.shape[1] - len(s.response_ids):].tolist()
-                             for row, s in enumerate(batches[batch])]
+            drift = drift + logprob_drift(fresh, batches[batch])
+            scored[batch] = fresh
     gathered: list[tuple[dict, LogprobDrift] | None] = [None] * world
     dist.all_gather_object(gathered, (scored, drift))
     everything = {k: v for part, _ in gathered for k, v in part.items()}

@@ -1,8 +1,11 @@
 """Packed training sequences: whole sequences end to end, no padding, each attending to itself only.
 
-    rows = pack_rows(sequences, row_tokens=2048)
+    rows = pack_rows(sequences, row_tokens=2048)            # SFT: rows of a step's traces
     with packed_attention(model):
         loss = sum(packed_nll(model, row) for row in rows)   # = the sequences' summed NLL
+        logits, targets = trained_logits(model, pack_row(micro_batch))   # RL: the loss's tokens
+
+Both the SFT and the RL update train on packed rows (``rstar2.sft.train``, ``rstar2.rl.update``).
 
 A row lays sequences end to end (first fit, longest first), so a forward pass spends nothing on
 padding. Attention is split at the sequence borders (``segment_attention``): each sequence
@@ -22,10 +25,11 @@ hidden states are the same in every sequence (same tokens, same positions), so c
 once and letting each sequence's gradient flow back into them is exact, and saves their
 forward and backward passes for all but one sequence of the row.
 
-``packed_nll`` applies the LM head only at the positions that predict a trained token, so
-prompt and tool-response positions cost no head and no softmax over the vocabulary. The sum
-over rows equals the sum of the sequences' losses taken one by one (tests/sft/test_train.py
-checks loss and gradients on the real model).
+``trained_logits`` applies the LM head only at the positions that predict a trained token, so
+prompt and tool-response positions cost no head and no softmax over the vocabulary; it returns
+them in row order (``PackedRow.sources`` says which sequence each part of the row is). The sum
+over rows equals the sum of the sequences' losses taken one by one (tests/sft/test_train.py and
+tests/rl/test_update.py check losses, log-probs and gradients on the real model).
 """
 
 from __future__ import annotations
@@ -64,6 +68,8 @@ class PackedRow:
     """Tokens every sequence of the row opens with, held once at the start (0: none)."""
     lengths: list[int]
     """Each sequence's length after the prefix, in order."""
+    sources: list[int]
+    """Each sequence's index in the list that was packed, in the row's order."""
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -109,21 +115,26 @@ def pack_rows(sequences: Sequence[TrainSequence], row_tokens: int, share_prefix:
     if not sequences:
         return []
     prefix = shared_prefix(sequences) if share_prefix else 0
-    rows: list[list[TrainSequence]] = []
+    rows: list[list[int]] = []
     room: list[int] = []
-    for sequence in sorted(sequences, key=len, reverse=True):
-        size = len(sequence) - prefix
+    for index in sorted(range(len(sequences)), key=lambda i: len(sequences[i]), reverse=True):
+        size = len(sequences[index]) - prefix
         slot = next((i for i, free in enumerate(room) if free >= size), None)
         if slot is None:
             rows.append([])
             room.append(row_tokens - prefix)
             slot = len(rows) - 1
-        rows[slot].append(sequence)
+        rows[slot].append(index)
         room[slot] -= size
     opening = list(sequences[0].prompt_ids[:prefix])
-    return [PackedRow(input_ids=opening + [t for s in row for t in (s.prompt_ids + s.response_ids)[prefix:]],
-                      targets=[IGNORE] * prefix + [t for s in row for t in sequence_targets(s)[prefix:]],
-                      prefix=prefix, lengths=[len(s) - prefix for s in row]) for row in rows]
+    return [PackedRow(input_ids=opening + [t for i in row for t in (sequences[i].prompt_ids + sequences[i].response_ids)[prefix:]],
+                      targets=[IGNORE] * prefix + [t for i in row for t in sequence_targets(sequences[i])[prefix:]],
+                      prefix=prefix, lengths=[len(sequences[i]) - prefix for i in row], sources=row) for row in rows]
+
+
+def pack_row(sequences: Sequence[TrainSequence]) -> PackedRow:
+    """All of ``sequences`` in one row (a micro-batch of the RL update, already sized)."""
+    return pack_rows(sequences, row_tokens=sum(map(len, sequences)))[0]
 
 
 @dataclass(frozen=True)
@@ -215,13 +226,6 @@ def no_mask(*args, **kwargs) -> None:
     return None
 
 
-def causal_lm_parts(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
-    """The decoder stack and the LM head of a transformers causal LM (or of the model inside a
-    peft wrapper, whose adapted layers are the decoder's own)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return base.get_decoder(), base.get_output_embeddings()
-
-
 @contextlib.contextmanager
 def packed_attention(model: torch.nn.Module) -> Iterator[None]:
     """``model`` attends through ``segment_attention`` inside the block, and as before after it
@@ -240,16 +244,23 @@ def packed_attention(model: torch.nn.Module) -> Iterator[None]:
         base.set_attn_implementation(previous)
 
 
-def packed_nll(model: torch.nn.Module, row: PackedRow, batched: bool | None = None) -> torch.Tensor:
-    """The summed negative log-likelihood of the trained tokens of ``row`` (inside
-    ``packed_attention``): one decoder pass, the LM head only where a target is."""
+def trained_logits(model: torch.nn.Module, row: PackedRow, batched: bool | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The logits at the positions of ``row`` that predict a trained token, and those tokens, in
+    row order (inside ``packed_attention``): one forward pass of the whole model (a sharded
+    model gathers its weights in its own forward), the LM head only at those positions."""
     device = module_device(model)
     ids = torch.tensor([row.input_ids], device=device)
     positions = torch.tensor([row.position_ids], device=device)
     targets = torch.tensor(row.targets, device=device)
-    decoder, head = causal_lm_parts(model)
-    hidden = decoder(input_ids=ids, position_ids=positions, use_cache=False,
-                     packed_layout=SegmentLayout.of(row, device, batched)).last_hidden_state[0]
-    trained = targets != IGNORE
-    logits = head(hidden[trained])
-    return torch.nn.functional.cross_entropy(logits.float(), targets[trained], reduction="sum")
+    trained = (targets != IGNORE).nonzero()[:, 0]
+    out = model(input_ids=ids, position_ids=positions, use_cache=False, logits_to_keep=trained,
+                packed_layout=SegmentLayout.of(row, device, batched))
+    return out.logits[0], targets[trained]
+
+
+def packed_nll(model: torch.nn.Module, row: PackedRow, batched: bool | None = None) -> torch.Tensor:
+    """The summed negative log-likelihood of the trained tokens of ``row`` (inside
+    ``packed_attention``)."""
+    logits, targets = trained_logits(model, row, batched)
+    return torch.nn.functional.cross_entropy(logits.float(), targets, reduction="sum")

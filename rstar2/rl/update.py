@@ -7,6 +7,11 @@ Every micro-batch's loss is divided by the loss tokens of *all* ``sequences`` (`
 whole update, whatever the micro-batch size. Log-probs are taken at the rollout temperature, the
 distribution the tokens were sampled from, so the ratio is 1 before the first update.
 
+A micro-batch is one packed row (``rstar2.rl.packing``): its sequences end to end without
+padding, the prompt opening they share computed once, and the LM head only where a sampled
+token is predicted (not on prompts, tool responses or padding); the loss sees the loss tokens
+in row order, each with its own old log-prob and its sequence's advantage.
+
 ``recompute_logprobs`` re-scores sequences under the current weights without gradients: the old
 log-probs when the policy moved since sampling (an engine holding another copy of the weights,
 or a later mini-batch of the same step), and the reference log-probs of the KL option.
@@ -25,9 +30,10 @@ import numpy as np
 import torch
 
 from rstar2.engines.device import module_device
-from rstar2.rl.batch import TrainSequence, collate, micro_batches, response_logits
+from rstar2.rl.batch import TrainSequence, micro_batches
 from rstar2.rl.config import LossConfig
 from rstar2.rl.loss import LossStats, policy_loss, token_entropy, token_logprobs
+from rstar2.rl.packing import PackedRow, pack_row, packed_attention, trained_logits
 
 
 @dataclass(frozen=True)
@@ -38,7 +44,6 @@ class UpdateSettings:
     temperature: float
     micro_batch_tokens: int
     max_grad_norm: float
-    pad_id: int
     compute_dtype: str = "float32"
     """'bfloat16': forward and backward under ``torch.autocast`` (mixed precision)."""
 
@@ -111,15 +116,18 @@ def micro_batch_loss(
 ) -> tuple[torch.Tensor, LossStats]:
     """The loss of one micro-batch, already divided by the whole update's ``token_count``
     (so micro-batch gradients sum to Eq. 6's token mean), and its stats."""
-    ref = recompute_logprobs(reference, batch, settings) if reference is not None else None
-    tensors = collate(batch, settings.pad_id, module_device(model))
-    with autocast(model, settings.compute_dtype):
-        logits = response_logits(model, tensors)
-    logprobs = token_logprobs(logits, tensors.response_ids, settings.temperature)
-    return policy_loss(
-        logprobs, tensors.old_logprobs, tensors.advantages, tensors.loss_mask, settings.loss,
-        token_count=token_count, ref_logprobs=ref, entropy=batch_entropy(logits, settings),
-    )
+    row = pack_row(batch)
+    ref = row_logprobs(reference, row, settings)[:, None] if reference is not None else None
+    with packed_attention(model), autocast(model, settings.compute_dtype):
+        logits, targets = trained_logits(model, row)
+    logprobs = token_logprobs(logits, targets, settings.temperature)[:, None]
+    members = [batch[i] for i in row.sources]
+    old = torch.tensor([lp for s in members for lp, m in zip(s.old_logprobs, s.loss_mask) if m],
+                       device=logprobs.device)[:, None]
+    advantages = torch.tensor([s.advantage for s in members for m in s.loss_mask if m], dtype=torch.float32,
+                              device=logprobs.device)
+    return policy_loss(logprobs, old, advantages, torch.ones_like(old, dtype=torch.bool), settings.loss,
+                       token_count=token_count, ref_logprobs=ref, entropy=batch_entropy(logits, settings)[:, None])
 
 
 def batch_entropy(logits: torch.Tensor, settings: UpdateSettings) -> torch.Tensor:
@@ -131,19 +139,26 @@ def batch_entropy(logits: torch.Tensor, settings: UpdateSettings) -> torch.Tenso
 
 
 @torch.no_grad()
-def recompute_logprobs(
-    model: torch.nn.Module, sequences: Sequence[TrainSequence], settings: UpdateSettings
-) -> torch.Tensor:
-    """Log-probs of the response tokens of ``sequences`` (one micro-batch, in the given order,
-    right-aligned as ``collate`` lays them out) under ``model``'s current weights."""
+def row_logprobs(model: torch.nn.Module, row: PackedRow, settings: UpdateSettings) -> torch.Tensor:
+    """Log-probs of ``row``'s loss tokens, in row order, under ``model``'s current weights."""
     was_training = model.training
     model.eval()
-    tensors = collate(sequences, settings.pad_id, module_device(model))
-    with autocast(model, settings.compute_dtype):
-        logits = response_logits(model, tensors)
-    logprobs = token_logprobs(logits, tensors.response_ids, settings.temperature)
+    with packed_attention(model), autocast(model, settings.compute_dtype):
+        logits, targets = trained_logits(model, row)
     model.train(was_training)
-    return torch.where(tensors.loss_mask.bool(), logprobs, 0.0)
+    return token_logprobs(logits, targets, settings.temperature)
+
+
+def recompute_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence], settings: UpdateSettings
+                       ) -> list[list[float]]:
+    """Log-probs of the response tokens of ``sequences`` (one micro-batch) under ``model``'s
+    current weights, per sequence in the given order (0.0 where the loss mask is 0)."""
+    row = pack_row(sequences)
+    values = iter(row_logprobs(model, row, settings).tolist())
+    fresh: list[list[float]] = [[] for _ in sequences]
+    for index in row.sources:
+        fresh[index] = [next(values) if m else 0.0 for m in sequences[index].loss_mask]
+    return fresh
 
 
 @dataclass(frozen=True)
@@ -166,14 +181,13 @@ class LogprobDrift:
                 "logprob_drift/max": self.abs_max}
 
 
-def logprob_drift(logprobs: torch.Tensor, batch: Sequence[TrainSequence], settings: UpdateSettings
-                  ) -> LogprobDrift:
+def logprob_drift(fresh: Sequence[Sequence[float]], batch: Sequence[TrainSequence]) -> LogprobDrift:
     """The drift of ``recompute_logprobs``'s answer for ``batch`` from its sampled log-probs."""
-    sampled = collate(batch, settings.pad_id, logprobs.device)
-    delta = (logprobs - sampled.old_logprobs).abs()[sampled.loss_mask.bool()]
-    if not delta.numel():
+    delta = [abs(now - then) for sequence, values in zip(batch, fresh)
+             for now, then, m in zip(values, sequence.old_logprobs, sequence.loss_mask) if m]
+    if not delta:
         return LogprobDrift()
-    return LogprobDrift(delta.numel(), float(delta.sum()), float(delta.max()))
+    return LogprobDrift(len(delta), float(sum(delta)), float(max(delta)))
 
 
 def with_current_logprobs(
@@ -183,10 +197,7 @@ def with_current_logprobs(
     policy's, and how far those are from the sampled ones they replace."""
     result, drift = [], LogprobDrift()
     for batch in micro_batches(sequences, settings.micro_batch_tokens):
-        logprobs = recompute_logprobs(model, batch, settings)
-        drift = drift + logprob_drift(logprobs, batch, settings)
-        for row, sequence in enumerate(batch):
-            width = len(sequence.response_ids)
-            fresh = logprobs[row, logprobs.shape[1] - width:].tolist()
-            result.append(dataclasses.replace(sequence, old_logprobs=fresh))
+        fresh = recompute_logprobs(model, batch, settings)
+        drift = drift + logprob_drift(fresh, batch)
+        result += [dataclasses.replace(sequence, old_logprobs=values) for sequence, values in zip(batch, fresh)]
     return result, drift

@@ -1,7 +1,7 @@
 """Each component's own settings, cut from the run config once.
 
     trainer = TrainerSettings    <- trainer_settings(config)
-    learner = LearnerSettings    <- learner_settings(config, pad_id)  (its UpdateSettings too)
+    learner = LearnerSettings    <- learner_settings(config)  (its UpdateSettings too)
     cluster = ClusterJob         <- cluster_job(config)
 
 The components below this package (``rstar2.rl``, ``rstar2.cluster``) never see the whole
@@ -28,12 +28,12 @@ def trainer_settings(config: RunConfig) -> TrainerSettings:
                            recipe=config.model_dump())
 
 
-def learner_settings(config: RunConfig, pad_id: int) -> LearnerSettings:
-    """The learner's settings (``pad_id``: the tokenizer's, which pads micro-batches)."""
+def learner_settings(config: RunConfig) -> LearnerSettings:
+    """The learner's settings, its ``UpdateSettings`` with them."""
     update = UpdateSettings(
         loss=config.rl.loss, temperature=config.rollout.temperature,
         micro_batch_tokens=config.rl.micro_batch_tokens,
-        max_grad_norm=config.rl.optimizer.max_grad_norm, pad_id=pad_id,
+        max_grad_norm=config.rl.optimizer.max_grad_norm,
         compute_dtype=config.model.compute_dtype)
     return LearnerSettings(update=update, optimizer=config.rl.optimizer, init=config.rl.init,
                            updates_per_step=config.rl.updates_per_step,

@@ -115,7 +115,7 @@ async def run_training(config: RunConfig, placement: Placement, *, resume: bool 
     async with AsyncExitStack() as stack:
         urls = placement.open_sandboxes(stack)
         engine = placement.open_engine(tokenizer, stack)
-        learner = placement.open_learner(engine, learner_settings(config, tokenizer.pad_token_id), stack)
+        learner = placement.open_learner(engine, learner_settings(config), stack)
         if reward is not grader:
             stack.enter_context(reward)  # the run's own: closed with it
         sandbox = await stack.enter_async_context(SandboxClient(urls))

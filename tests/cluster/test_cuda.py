@@ -31,7 +31,7 @@ def test_nccl_learner_updates_like_the_cpu_learner_and_syncs(config, tokenizer, 
         "gpus_per_node": gpus, "learner": config.cluster.learner.model_copy(update={"ranks": gpus})})})
     engine = HFEngine(HFEngineConfig(dtype="float32", max_batch_size=2))
     model = load_policy(config.model)
-    LocalLearner(learner_settings(config, tokenizer.pad_token_id), model, engine).learn(batch(tokenizer))
+    LocalLearner(learner_settings(config), model, engine).learn(batch(tokenizer))
     fleet = open_fleet([MemberSpec(ray=True)], "static", model="default", dtype="float32",
                        seed=0, tokenizer=tokenizer)
     learner = distributed(config, fleet, tokenizer)

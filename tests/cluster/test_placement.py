@@ -28,7 +28,7 @@ def test_paths_the_ranks_open_are_made_absolute(tmp_path, monkeypatch):
     assert placed.model.path == str(tmp_path / "models" / "sft")
     assert placed.rl.init.checkpoint == str(tmp_path / "runs" / "stage1" / "checkpoints")
     assert placed.rl.optimizer == config.rl.optimizer  # nothing else changes
-    checkpoints = learner_settings(config, pad_id=0).checkpoints  # where the ranks write
+    checkpoints = learner_settings(config).checkpoints  # where the ranks write
     assert checkpoints == tmp_path / "runs" / "qwen3-14b-stage2" / "checkpoints"
     elsewhere = load_config(RECIPES / "cpu-cluster.yaml", ["model.path=Org/name"])
     assert RayPlacement(cluster_job(elsewhere)).job.model.path == "Org/name"  # left for its loader

@@ -47,8 +47,8 @@ def logprob_gap(fleet, learner, tokenizer, config):
     sequence = TrainSequence(prompt, completion.token_ids, [1] * len(completion.token_ids),
                              completion.logprobs, 0.0)
     settings = UpdateSettings(loss=config.rl.loss, temperature=1.0, micro_batch_tokens=4096,
-                              max_grad_norm=1.0, pad_id=tokenizer.pad_token_id)
-    mine = recompute_logprobs(model, [sequence], settings)[0, -len(completion.logprobs):]
+                              max_grad_norm=1.0)
+    mine = torch.tensor(recompute_logprobs(model, [sequence], settings)[0])
     return (mine - torch.tensor(completion.logprobs)).abs().mean().item()
 
 

@@ -63,7 +63,7 @@ def test_sampled_logprobs_stay_close_to_the_trainers_recomputation(cuda_prompts,
     policy = load_policy(ModelConfig(device="cuda", dtype="float32"))
     compute_dtype = "float32" if dtype == "float32" else "bfloat16"
     settings = UpdateSettings(loss=LossConfig(), temperature=1.0, micro_batch_tokens=8192,
-                              max_grad_norm=1.0, pad_id=0, compute_dtype=compute_dtype)
+                              max_grad_norm=1.0, compute_dtype=compute_dtype)
     try:
         outs = generate(engine, cuda_prompts, SamplingParams(temperature=1.0, max_tokens=64))
     finally:

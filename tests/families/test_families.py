@@ -108,7 +108,7 @@ def test_a_train_step_then_save_and_load(family, sandbox_url, tmp_path):
     sequences = [TrainSequence(t.prompt_ids, t.response_ids, t.loss_mask, t.logprobs, advantage)
                  for t, advantage in zip(rollouts, (1.0, -1.0))]
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    learner = LocalLearner(learner_settings(config, tokenizer.pad_token_id), model, engine)
+    learner = LocalLearner(learner_settings(config), model, engine)
     learner.restore(resume=False)
     stats, grad_norm = learner.learn(sequences)
     assert stats is not None and grad_norm > 0

@@ -76,7 +76,7 @@ def test_a_trainer_step_on_cuda(tmp_path, rl_data, sandbox_url):  # noqa: F811
     engine = rollout_engine(config, model, tokenizer)
     assert engine.device.type == "cuda" and engine.model is not model
     try:
-        learner = LocalLearner(learner_settings(config, tokenizer.pad_token_id), model, engine)
+        learner = LocalLearner(learner_settings(config), model, engine)
         before = snapshot(model)
         stats, grad_norm = learner.learn(list(SEQUENCES))
         measured = learner.measured

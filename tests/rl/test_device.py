@@ -12,9 +12,7 @@ import torch
 import torch.serialization
 from transformers import LlamaForCausalLM
 
-from rstar2.engines.device import module_device
 from rstar2.rl import checkpoint
-from rstar2.rl.batch import collate
 from rstar2.rl.config import OptimizerConfig
 from rstar2.rl.optim import build_optimizer, build_scheduler
 from rstar2.rl.update import policy_update, recompute_logprobs
@@ -58,13 +56,6 @@ def probe_inputs(model) -> dict[str, torch.device]:
 
     model.get_decoder().register_forward_pre_hook(hook, with_kwargs=True)  # every pass goes through it
     return seen
-
-
-def test_batches_are_built_on_the_models_device():
-    model = meta_model()
-    assert module_device(model).type == "meta"
-    tensors = collate(SEQUENCES, pad_id=0, device=module_device(model))
-    assert {t.device.type for t in vars(tensors).values()} == {"meta"}
 
 
 def rescore(model, optimizer, scheduler):

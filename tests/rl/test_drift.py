@@ -42,12 +42,12 @@ def test_the_learner_reports_drift_when_it_recomputes(tmp_path, rl_data, tokeniz
     copy_engine = HFEngine(HFEngineConfig(), model=copy.deepcopy(model), tokenizer=tokenizer)
     colocated_engine = HFEngine(HFEngineConfig(), model=model, tokenizer=tokenizer)
     try:
-        apart = LocalLearner(learner_settings(config, 0), model, copy_engine)
+        apart = LocalLearner(learner_settings(config), model, copy_engine)
         stats, _ = apart.learn(list(SEQUENCES))
         measured = apart.measured
         assert stats is not None and set(measured) == {"logprob_drift/mean", "logprob_drift/max"}
         assert measured["logprob_drift/mean"] > 0  # the sampled log-probs here are made up
-        together = LocalLearner(learner_settings(config, 0), model, colocated_engine)
+        together = LocalLearner(learner_settings(config), model, colocated_engine)
         together.learn(list(SEQUENCES))
         assert together.measured == {}  # nothing recomputed, nothing measured
     finally:

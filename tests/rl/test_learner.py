@@ -46,7 +46,7 @@ def same(a, b):
 def learner_on(config):
     model = load_policy(config.model)
     engine = HFEngine(HFEngineConfig(dtype="float32", max_batch_size=2), model=model)
-    return LocalLearner(learner_settings(config, engine.tokenizer.pad_token_id), model, engine), engine
+    return LocalLearner(learner_settings(config), model, engine), engine
 
 
 def test_save_then_restore_continues_exactly(config):
@@ -84,7 +84,7 @@ def test_a_fresh_run_restores_nothing(config):
 def test_push_weights_loads_a_separate_copy_and_only_clears_a_colocated_one(config):
     learner, colocated = learner_on(config)
     separate = HFEngine(HFEngineConfig(dtype="float32", max_batch_size=2), tokenizer=colocated.tokenizer)
-    copying = LocalLearner(learner_settings(config, 0), learner.model, separate)
+    copying = LocalLearner(learner_settings(config), learner.model, separate)
     try:
         assert not copying.colocated
         learner.learn(sequences(colocated))  # the policy moves away from the base weights

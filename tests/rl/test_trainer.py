@@ -50,7 +50,7 @@ def make_config(tmp_path, data, **rl):
 def local_trainer(config, model, engine, sandbox, grader, problems, tokenizer=None):
     """The run's step wiring (``build_trainer``) around a ``LocalLearner`` of ``model``."""
     tokenizer = tokenizer or engine.tokenizer
-    learner = LocalLearner(learner_settings(config, tokenizer.pad_token_id), model, engine)
+    learner = LocalLearner(learner_settings(config), model, engine)
     return build_trainer(config, learner, engine, tokenizer, sandbox, grader, problems)
 
 

@@ -1,5 +1,6 @@
-"""Micro-batching and the optimizer update: padding changes nothing, and the update does not
-depend on how the kept rollouts are split into micro-batches (token-level mean of Eq. 6)."""
+"""Micro-batching and the optimizer update: a packed micro-batch gives each sequence the
+log-probs it has alone, and the update does not depend on how the kept rollouts are split into
+micro-batches (token-level mean of Eq. 6)."""
 
 import copy
 
@@ -7,11 +8,11 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from rstar2.rl.batch import TrainSequence, collate, micro_batches, response_logits
+from rstar2.rl.batch import TrainSequence, micro_batches
 from rstar2.rl.config import LossConfig, OptimizerConfig
 from rstar2.rl.loss import token_logprobs
 from rstar2.rl.optim import build_optimizer, build_scheduler
-from rstar2.rl.update import UpdateSettings, policy_update, with_current_logprobs
+from rstar2.rl.update import UpdateSettings, policy_update, recompute_logprobs, with_current_logprobs
 
 
 def tiny_model(seed: int = 0) -> LlamaForCausalLM:
@@ -33,26 +34,35 @@ def sequence(prompt_len: int, response_len: int, advantage: float, seed: int) ->
 
 SEQUENCES = [sequence(5, 9, 1.0, 1), sequence(11, 4, -0.5, 2), sequence(3, 14, 0.7, 3), sequence(8, 6, -1.2, 4)]
 SETTINGS = UpdateSettings(loss=LossConfig(), temperature=0.8, micro_batch_tokens=10_000,
-                          max_grad_norm=1e9, pad_id=0)
+                          max_grad_norm=1e9)
 
 
 def test_micro_batches_stay_within_the_token_budget_and_keep_every_sequence():
     batches = micro_batches(SEQUENCES, max_tokens=30)
     assert sorted(map(id, [s for b in batches for s in b])) == sorted(map(id, SEQUENCES))
+    assert len(batches) == 3  # 14+15 | 17+14 would pass 30 | 17
     for batch in batches:
-        assert len(batch) == 1 or len(batch) * max(map(len, batch)) <= 30
+        assert len(batch) == 1 or sum(map(len, batch)) <= 30
 
 
-def test_left_padded_batch_gives_each_sequence_its_own_logprobs():
+def alone_logprobs(model, sequence: TrainSequence, temperature: float) -> torch.Tensor:
+    """The response tokens' log-probs of ``sequence`` in a forward pass of its own."""
+    ids = torch.tensor([sequence.prompt_ids + sequence.response_ids])
+    logits = model(input_ids=ids).logits[0, len(sequence.prompt_ids) - 1:-1]
+    return token_logprobs(logits, torch.tensor(sequence.response_ids), temperature)
+
+
+def test_a_packed_micro_batch_gives_each_sequence_its_own_logprobs():
     model = tiny_model().eval()
-    tensors = collate(SEQUENCES, pad_id=0)
-    batched = token_logprobs(response_logits(model, tensors), tensors.response_ids, 0.8)
-    for row, s in enumerate(SEQUENCES):
-        alone = collate([s], pad_id=0)
-        single = token_logprobs(response_logits(model, alone), alone.response_ids, 0.8)[0]
-        width = len(s.response_ids)
-        torch.testing.assert_close(batched[row, -width:], single, atol=1e-5, rtol=1e-5)
-        assert tensors.loss_mask[row, :-width].sum() == 0  # padding is never trained on
+    shared = [1, 2, 3, 4] * 5  # a 20-token opening all share: held once in the packed row
+    sequences = [*SEQUENCES, *(TrainSequence(shared + s.prompt_ids, s.response_ids, s.loss_mask, s.old_logprobs,
+                                             s.advantage) for s in SEQUENCES)]
+    fresh = recompute_logprobs(model, sequences, SETTINGS)
+    for sequence, values in zip(sequences, fresh):  # in the order given, whatever the row's
+        alone = alone_logprobs(model, sequence, SETTINGS.temperature)
+        expected = torch.where(torch.tensor(sequence.loss_mask).bool(), alone, 0.0)
+        torch.testing.assert_close(torch.tensor(values), expected, atol=1e-5, rtol=1e-5)
+        assert all(v == 0.0 for v, m in zip(values, sequence.loss_mask) if not m)  # never trained on
 
 
 def run_update(micro_batch_tokens: int, loss: LossConfig = SETTINGS.loss, reference: torch.nn.Module | None = None):

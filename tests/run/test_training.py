@@ -39,7 +39,7 @@ def agent_rollout(hf_engine, sandbox_url, tmp_path, overrides):
 
     async def run():
         async with SandboxClient([sandbox_url]) as sandbox:
-            learner = LocalLearner(learner_settings(config, hf_engine.tokenizer.pad_token_id),
+            learner = LocalLearner(learner_settings(config),
                                    hf_engine.model, hf_engine)
             trainer = build_trainer(config, learner, hf_engine, hf_engine.tokenizer, sandbox, None,
                                     [Problem("count", "Count to 300.", "300")])

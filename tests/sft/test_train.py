@@ -7,10 +7,10 @@ import torch
 
 from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.engines.loading import load_model, load_tokenizer
-from rstar2.rl.batch import TrainSequence, collate, response_logits
-from rstar2.rl.loss import token_logprobs
+from rstar2.rl.batch import TrainSequence
 from rstar2.rl.packing import IGNORE, pack_rows, packed_attention, packed_nll
 from rstar2.sft.train import SFTSettings, resolve_sft_dtype, sft_optimizer, sft_step
+from tests.rl.test_update import alone_logprobs
 
 TEXTS = [
     ("Natalia sold clips to 48 of her friends in April,", " and then she sold half as many clips in May."),
@@ -41,12 +41,10 @@ def sequences():
 
 
 def unpacked_nll(model, sequences) -> torch.Tensor:
-    """The summed NLL of the trained tokens, one left-padded sequence at a time (the RL path)."""
+    """The summed NLL of the trained tokens, one sequence at a time in a forward pass of its own."""
     total = torch.zeros(())
     for sequence in sequences:
-        tensors = collate([sequence], pad_id=0)
-        logprobs = token_logprobs(response_logits(model, tensors), tensors.response_ids, 1.0)
-        total = total - (logprobs * tensors.loss_mask).sum()
+        total = total - (alone_logprobs(model, sequence, 1.0) * torch.tensor(sequence.loss_mask)).sum()
     return total
 
 
