@@ -252,11 +252,12 @@ def trained_logits(model: torch.nn.Module, row: PackedRow, batched: bool | None 
     device = module_device(model)
     ids = torch.tensor([row.input_ids], device=device)
     positions = torch.tensor([row.position_ids], device=device)
-    targets = torch.tensor(row.targets, device=device)
-    trained = (targets != IGNORE).nonzero()[:, 0]
-    out = model(input_ids=ids, position_ids=positions, use_cache=False, logits_to_keep=trained,
+    # chosen on the host: no device sync, and the same on every device (torch's 'meta' included)
+    trained = [i for i, target in enumerate(row.targets) if target != IGNORE]
+    out = model(input_ids=ids, position_ids=positions, use_cache=False,
+                logits_to_keep=torch.tensor(trained, device=device),
                 packed_layout=SegmentLayout.of(row, device, batched))
-    return out.logits[0], targets[trained]
+    return out.logits[0], torch.tensor([row.targets[i] for i in trained], device=device)
 
 
 def packed_nll(model: torch.nn.Module, row: PackedRow, batched: bool | None = None) -> torch.Tensor:
