@@ -139,6 +139,12 @@ class RLConfig(Section):
     """Optimizer updates per rollout batch (mini-batches); 1, as the release, is on-policy."""
     micro_batch_tokens: int = Field(20480, ge=1)
     """Most tokens per forward/backward pass; sequences are packed up to this (release: 20480)."""
+    max_silent_steps: int | None = Field(None, ge=1)
+    """Stop the run after this many steps in a row that trained nothing (every group's rollouts
+    scored alike, so no update ran and the policy is unchanged). None: one pass over the
+    training problems, and at least 3 steps: by then the unchanged policy has met every problem,
+    so a collapsed policy (one answer to everything) or problems all out of its reach end the
+    run there instead of spending the rest of it. The model so far is checkpointed and exported."""
     reward: str | None = None
     """Your reward function as ``package.module:function`` (docs/reward.md), called with
     (response, gold, row) in deadline-bounded workers; null is the built-in verifier (the

@@ -21,6 +21,9 @@ the ``Sampler`` that rolls out and grades (``rstar2.rl.sampler``) and the traini
    ``rollouts/step_N.jsonl``; checkpoint (atomic, written while the next step runs), so a run
    killed at any moment loses at most the step in progress and the one being written.
 
+A run whose last ``rl.max_silent_steps`` steps all trained nothing stops early, checkpointed
+(``Trainer.silent_steps_limit``): its policy did not change while it met every problem.
+
 Randomness: the prompt order is a function of (seed, position); RoC's generator and every
 rollout's sampling stream are derived from (seed, step) (the sampler gives each rollout its own
 ``SamplingParams.seed``); the global RNGs travel in checkpoints.
@@ -99,23 +102,35 @@ class Trainer:
                      resume_step=self.completed_steps, console=self.console,
                      run_config=self.config.recipe)
         history = []
+        silent, limit = 0, self.silent_steps_limit()
         try:
             # the restored (or initial) policy samples the next step
             await self.learner.push_weights(self.completed_steps)
             while self.completed_steps < self.config.rl.steps:
-                metrics, rows = await self.train_step(self.completed_steps)
+                metrics, rows, trained = await self.train_step(self.completed_steps)
                 self.completed_steps += 1
+                silent = 0 if trained else silent + 1
+                stopping = silent >= limit and self.completed_steps < self.config.rl.steps
                 log.rollouts(self.completed_steps, rows)
                 log.step(self.completed_steps, metrics)  # before the checkpoint: a resume
-                self.save_if_due()                       # from the previous one drops this line
+                self.save_if_due(force=stopping)         # from the previous one drops this line
                 history.append(metrics)
+                if stopping:
+                    self.report_silent_stop(silent)
+                    break
         finally:
             log.close()
             self.learner.wait_saved()
         return history
 
-    async def train_step(self, step: int) -> tuple[dict, list[dict]]:
-        """One rollout step (module docstring); returns its metrics and its rollout log rows."""
+    def silent_steps_limit(self) -> int:
+        """``rl.max_silent_steps``, or one pass over the problems and at least 3 steps."""
+        rl = self.config.rl
+        return rl.max_silent_steps or max(-(-len(self.problems) // rl.prompts_per_step), 3)
+
+    async def train_step(self, step: int) -> tuple[dict, list[dict], bool]:
+        """One rollout step (module docstring); returns its metrics, its rollout log rows and
+        whether an update ran (False when RoC dropped every group)."""
         started = time.perf_counter()
         problems = [self.problems[i] for i in self.order.next_batch(self.config.rl.prompts_per_step)]
         batch = await self.sampler.sample(problems, derive_seed(self.config.seed, step))
@@ -135,7 +150,19 @@ class Trainer:
         shown = self.config.logging.rollouts_per_step
         rows = rollout_rows(step + 1, problems[:shown], batch.groups[:shown], decisions[:shown],
                             self.sampler.tokenizer)
-        return metrics, rows
+        return metrics, rows, stats is not None
+
+    def report_silent_stop(self, silent: int) -> None:
+        """Why the run ends before ``rl.steps``, and where to look."""
+        if self.console is None:
+            return
+        step = self.completed_steps
+        self.console.print(
+            f"[yellow]stopped after step {step} of {self.config.rl.steps}: the last {silent} steps trained "
+            f"nothing (every group's rollouts scored alike) while the unchanged policy met the "
+            f"{len(self.problems)} training problems; usually a collapsed policy (the same answer to "
+            f"everything: see rollouts/step_{step}.jsonl, a lower rl.optimizer.lr) or problems out of its "
+            f"reach. The model of step {step} is saved; rl.max_silent_steps sets this limit.[/]")
 
     def report_reward_failures(self, step: int, scores) -> None:
         """One console line for a step whose reward calls failed (the counts are metrics)."""
@@ -144,9 +171,9 @@ class Trainer:
             self.console.print(f"[yellow]step {step}: {len(failed)} of {len(scores)} reward calls failed and "
                                f"scored 0; the first: {failed[0].failure}: {failed[0].message}[/]")
 
-    def save_if_due(self) -> None:
+    def save_if_due(self, force: bool = False) -> None:
         step, every = self.completed_steps, self.config.checkpoint.every_steps
-        if step % every == 0 or step == self.config.rl.steps:
+        if force or step % every == 0 or step == self.config.rl.steps:
             self.learner.save(step, self.order.position())
 
 
