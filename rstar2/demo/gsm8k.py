@@ -50,7 +50,7 @@ from rstar2.data.difficulty import split_by_pass_rate
 from rstar2.demo.pipeline import Evaluator, machine_dtypes, run_pipeline, train_and_evaluate
 from rstar2.engines.loading import load_tokenizer
 from rstar2.eval.launch import agent_solver
-from rstar2.eval.metrics import bootstrap_ci
+from rstar2.eval.metrics import paired_difference
 from rstar2.eval.runner import SAMPLES_JSONL, EvalSettings, run_eval
 from rstar2.eval.samples import read_outcomes
 from rstar2.reward import Grader
@@ -285,12 +285,9 @@ async def rl_problems(settings: GSM8KSettings, config: RunConfig, candidates: li
 def paired_gain(before: Path, after: Path) -> dict:
     """``after``'s accuracy minus ``before``'s over the problems both evaluated, with the 95%
     bootstrap interval of that difference resampled by problem (paired)."""
-    first = {o.problem_id: o.correct for o in read_outcomes(before / SAMPLES_JSONL).values()}
-    second = {o.problem_id: o.correct for o in read_outcomes(after / SAMPLES_JSONL).values()}
-    shared = sorted(first.keys() & second.keys())
-    if not shared:
-        return {}
-    differences = [float(second[pid]) - float(first[pid]) for pid in shared]
-    low, high = bootstrap_ci(differences)
-    return {"difference": float(np.mean(differences)), "ci": [low, high], "problems": len(shared),
-            "better": sum(d > 0 for d in differences), "worse": sum(d < 0 for d in differences)}
+    first, second = ({o.problem_id: float(o.correct) for o in read_outcomes(run / SAMPLES_JSONL).values()}
+                     for run in (before, after))
+    paired = paired_difference(first, second)
+    return {} if paired is None else {"difference": paired.difference, "ci": list(paired.ci),
+                                      "problems": paired.problems, "better": paired.better,
+                                      "worse": paired.worse}

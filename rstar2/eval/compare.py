@@ -3,14 +3,16 @@
 Contract of ``compare_runs(a, b, top)``: a markdown text with, for every benchmark both
 results documents have, each headline metric of A and B and the difference B - A, then the
 problems whose accuracy differs, largest change first (at most ``top`` of them, with how many
-improved, got worse or stayed the same). Benchmarks only one run has are named at the end,
-so a mismatch is visible rather than silently dropped.
+improved, got worse or stayed the same, and avg@n's B - A over those problems with its paired
+bootstrap interval, the one that says whether B is better). Benchmarks only one run has are
+named at the end, so a mismatch is visible rather than silently dropped.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from rstar2.eval.metrics import paired_difference
 from rstar2.eval.report import pass_at_columns, percent
 
 Formatter = Callable[[float], str]
@@ -55,6 +57,12 @@ def problem_section(problems_a: list[dict], problems_b: list[dict], top: int) ->
     better = sum(pb["accuracy"] > pa["accuracy"] for pa, pb in changed)
     lines = ["", f"{len(pairs)} problems in both: {better} better in B, {len(changed) - better} worse, "
              f"{len(pairs) - len(changed)} the same."]
+    paired = paired_difference({pa["problem_id"]: pa["accuracy"] for pa, _ in pairs},
+                               {pb["problem_id"]: pb["accuracy"] for _, pb in pairs})
+    if paired is not None:
+        low, high = paired.ci
+        lines.append(f"avg@n B - A over them: {signed(0.0, paired.difference, percent)} points, "
+                     f"paired 95% CI [{percent(low)}, {percent(high)}]")
     if not changed:
         return lines
     changed.sort(key=lambda pair: (-abs(pair[1]["accuracy"] - pair[0]["accuracy"]), pair[0]["problem_id"]))

@@ -14,7 +14,10 @@ Definitions (n samples of a problem, c of them correct):
   paper's "response length"), tool calls per answer, the tool-error ratio (failed calls over
   all calls), the share of samples with no final answer, and the share cut by the token limit;
 * a 95% bootstrap confidence interval for avg@n, resampling problems (the unit that varies
-  between benchmark draws), with a fixed seed so reports are reproducible.
+  between benchmark draws), with a fixed seed so reports are reproducible;
+* for two runs on the same problems, the paired difference of their per-problem accuracies with
+  its bootstrap interval (``paired_difference``): both runs resampled by the same problems,
+  which is far tighter than two separate intervals when the runs agree on most problems.
 
 Everything is computed from samples sorted into benchmark order, so the same samples give
 bit-identical metrics however a run was interrupted and resumed.
@@ -25,7 +28,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -168,3 +171,29 @@ def bootstrap_ci(values: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES,
     tail = (1.0 - CONFIDENCE) / 2
     low, high = np.quantile(means, [tail, 1.0 - tail])
     return float(low), float(high)
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """Run B minus run A over the problems both evaluated (``paired_difference``)."""
+
+    difference: float
+    """Mean of B's per-problem accuracy minus A's."""
+    ci: tuple[float, float]
+    """Its bootstrap interval (``CONFIDENCE``), resampling the shared problems."""
+    problems: int
+    better: int
+    """Problems B got more often right than A."""
+    worse: int
+
+
+def paired_difference(first: Mapping[str, float], second: Mapping[str, float]) -> PairedDifference | None:
+    """``second`` minus ``first`` (accuracies by problem id) over the problems both have; None
+    when they share none."""
+    shared = sorted(first.keys() & second.keys())
+    if not shared:
+        return None
+    differences = [float(second[pid]) - float(first[pid]) for pid in shared]
+    return PairedDifference(difference=statistics.fmean(differences), ci=bootstrap_ci(differences),
+                            problems=len(shared), better=sum(d > 0 for d in differences),
+                            worse=sum(d < 0 for d in differences))

@@ -7,6 +7,7 @@ import json
 from rstar2.data.benchmarks import Benchmark
 from rstar2.data.problems import Problem
 from rstar2.eval.compare import compare_runs
+from rstar2.eval.metrics import paired_difference
 from rstar2.eval.report import build_results, markdown_report
 from rstar2.eval.samples import SampleRecord, open_log, read_outcomes, repair_tail
 
@@ -97,9 +98,27 @@ def test_compare_shows_metrics_side_by_side_and_the_problems_that_changed():
     assert "A: runs/a" in text and "B: runs/b" in text
     assert "| avg@n | 50.0 | 66.7 | +16.7 |" in text
     assert "3 problems in both: 1 better in B, 1 worse, 1 the same." in text
+    # per-problem B - A: -0.5, +1, 0: mean +16.7 points; resampled, it ranges from -50 to +100
+    (paired,) = [line for line in text.splitlines() if line.startswith("avg@n B - A over them")]
+    low, high = (float(v) for v in paired.split("CI [")[1].rstrip("]").split(", "))
+    assert "+16.7 points" in paired and -50.0 <= low < 16.7 < high <= 100.0
     rows = [line for line in text.splitlines() if line.startswith(("| p1", "| p2", "| p3"))]
     assert rows == ["| p2 | 0/2 | 2/2 | +100.0 |", "| p1 | 2/2 | 1/2 | -50.0 |"]
     assert "p3" not in text
+
+
+def test_the_paired_difference_resamples_the_shared_problems_together():
+    first = {f"p{i}": float(i % 2) for i in range(200)}
+    same = paired_difference(first, dict(first))
+    assert same.difference == 0.0 and same.ci == (0.0, 0.0) and same.better == same.worse == 0
+    # B fixes 20 of A's 100 failures and breaks none: +10 points, an interval that excludes 0
+    second = {pid: 1.0 if i < 40 else value for i, (pid, value) in enumerate(first.items())}
+    gain = paired_difference(first, second)
+    assert gain.problems == 200 and (gain.better, gain.worse) == (20, 0)
+    assert abs(gain.difference - 0.1) < 1e-12 and 0.0 < gain.ci[0] < 0.1 < gain.ci[1] < 0.2
+    # only the shared problems count; none shared: no difference
+    assert paired_difference(first, {"p1": 0.0, "elsewhere": 1.0}).problems == 1
+    assert paired_difference(first, {"elsewhere": 1.0}) is None
 
 
 def test_compare_names_benchmarks_only_one_run_has():
