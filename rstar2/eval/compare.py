@@ -63,7 +63,7 @@ def problem_section(problems_a: list[dict], problems_b: list[dict], top: int) ->
         low, high = paired.ci
         lines.append(f"avg@n B - A over them: {signed(0.0, paired.difference, percent)} points, "
                      f"paired 95% CI [{percent(low)}, {percent(high)}]")
-    if not changed:
+    if not changed or top == 0:
         return lines
     changed.sort(key=lambda pair: (-abs(pair[1]["accuracy"] - pair[0]["accuracy"]), pair[0]["problem_id"]))
     lines += ["", "| problem | A correct | B correct | B - A (accuracy) |", "| --- | --- | --- | --- |"]

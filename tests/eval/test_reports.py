@@ -105,6 +105,8 @@ def test_compare_shows_metrics_side_by_side_and_the_problems_that_changed():
     rows = [line for line in text.splitlines() if line.startswith(("| p1", "| p2", "| p3"))]
     assert rows == ["| p2 | 0/2 | 2/2 | +100.0 |", "| p1 | 2/2 | 1/2 | -50.0 |"]
     assert "p3" not in text
+    summary_only = compare_runs(a, b, top=0)  # --top 0: the counts and the interval, no table
+    assert "1 better in B" in summary_only and "avg@n B - A" in summary_only and "| p2 |" not in summary_only
 
 
 def test_the_paired_difference_resamples_the_shared_problems_together():
