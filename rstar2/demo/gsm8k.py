@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -288,6 +288,4 @@ def paired_gain(before: Path, after: Path) -> dict:
     first, second = ({o.problem_id: float(o.correct) for o in read_outcomes(run / SAMPLES_JSONL).values()}
                      for run in (before, after))
     paired = paired_difference(first, second)
-    return {} if paired is None else {"difference": paired.difference, "ci": list(paired.ci),
-                                      "problems": paired.problems, "better": paired.better,
-                                      "worse": paired.worse}
+    return {} if paired is None else asdict(paired)

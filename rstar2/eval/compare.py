@@ -54,11 +54,11 @@ def problem_section(problems_a: list[dict], problems_b: list[dict], top: int) ->
     by_id_b = {p["problem_id"]: p for p in problems_b}
     pairs = [(p, by_id_b[p["problem_id"]]) for p in problems_a if p["problem_id"] in by_id_b]
     changed = [(pa, pb) for pa, pb in pairs if pa["accuracy"] != pb["accuracy"]]
-    better = sum(pb["accuracy"] > pa["accuracy"] for pa, pb in changed)
-    lines = ["", f"{len(pairs)} problems in both: {better} better in B, {len(changed) - better} worse, "
+    paired = paired_difference({p["problem_id"]: p["accuracy"] for p in problems_a},
+                               {p["problem_id"]: p["accuracy"] for p in problems_b})
+    better, worse = (paired.better, paired.worse) if paired is not None else (0, 0)
+    lines = ["", f"{len(pairs)} problems in both: {better} better in B, {worse} worse, "
              f"{len(pairs) - len(changed)} the same."]
-    paired = paired_difference({pa["problem_id"]: pa["accuracy"] for pa, _ in pairs},
-                               {pb["problem_id"]: pb["accuracy"] for _, pb in pairs})
     if paired is not None:
         low, high = paired.ci
         lines.append(f"avg@n B - A over them: {signed(0.0, paired.difference, percent)} points, "
