@@ -10,7 +10,7 @@ import pytest
 from rstar2.sandbox import local_sandbox
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = Path(os.environ.get("RSTAR2_SHARED_DATA", REPO.parent / "shared" / "data"))
+SAMPLES = REPO / "tests" / "samples"
 # Tests never reach the Hugging Face hub: a hub id resolves from a cache the test lays out.
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -34,11 +34,10 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def shared_data() -> Path:
-    """The offline data sets (../shared/data); tests read them in place."""
-    if not SHARED_DATA.is_dir():
-        pytest.fail(f"shared data not found at {SHARED_DATA}; set RSTAR2_SHARED_DATA")
-    return SHARED_DATA
+def samples() -> Path:
+    """Excerpts of real model outputs and labelled answer cases that ship with the tests
+    (tests/samples/README.md says what and whence), so the suite needs nothing beside the clone."""
+    return SAMPLES
 
 
 @pytest.fixture(scope="session")

@@ -68,8 +68,10 @@ def test_the_clone_reads_its_own_recipes():
     assert rstar2.RECIPES.resolve() == (REPO / "recipes").resolve()
 
 
-def test_nothing_shipped_refers_to_the_projects_shared_data():
-    """What a clone runs reads its data from the package, never from a folder beside the clone."""
-    shipped = [p for tree in (REPO / "rstar2", REPO / "recipes") for p in tree.rglob("*")
-               if p.is_file() and p.suffix in {".py", ".yaml", ".md"}]
-    assert [str(p.relative_to(REPO)) for p in shipped if "../shared" in p.read_text()] == []
+def test_nothing_shipped_or_tested_refers_to_the_projects_shared_data():
+    """What a clone runs, and the tests it runs, read their data from the package and from
+    tests/samples, never from a folder beside the clone, which nobody who clones the project has."""
+    shipped = [p for tree in (REPO / "rstar2", REPO / "recipes", REPO / "tests", REPO / "scripts") for p in tree.rglob("*")
+               if p.is_file() and p.suffix in {".py", ".yaml", ".md", ".sh"} and p != Path(__file__)]
+    assert [str(p.relative_to(REPO)) for p in shipped
+            if "../shared" in p.read_text() or "RSTAR2_SHARED_DATA" in p.read_text()] == []

@@ -18,12 +18,13 @@ from rstar2.data import (
     split_by_pass_rate,
     split_integer_answers,
 )
+from rstar2.data.benchmarks import PACKAGED_DATA_DIR
 
 
-def test_integer_filter_keeps_integers_in_any_decoration(shared_data):
-    split = split_integer_answers(read_problems(shared_data / "hmmt_feb2025" / "hmmt_feb2025.jsonl"))
+def test_integer_filter_keeps_integers_in_any_decoration():
+    split = split_integer_answers(read_problems(PACKAGED_DATA_DIR / "hmmt_feb2025.jsonl"))
     assert (len(split.kept), len(split.dropped)) == (14, 16)
-    flagged = [p for p in read_problems(shared_data / "hmmt_feb2025" / "hmmt_feb2025.jsonl") if p.row["answer_is_integer"]]
+    flagged = [p for p in read_problems(PACKAGED_DATA_DIR / "hmmt_feb2025.jsonl") if p.row["answer_is_integer"]]
     assert [row["id"] for row in split.kept] == [p.id for p in flagged]
 
     decorated = [Problem(id=str(i), problem="p", answer=a, row={"answer": a})
@@ -40,9 +41,9 @@ def planted_copy(problem: Problem) -> str:
     return f"Practice problem from a forum. {text} Give your answer as an integer!"
 
 
-def test_decontamination_finds_planted_overlaps_and_names_the_benchmark_problem(shared_data):
-    benchmarks = [load_benchmark(name, shared_data) for name in ("math500", "aime2024", "aime2025", "hmmt_feb2025")]
-    clean = load_benchmark("gsm8k", shared_data).problems[:300]
+def test_decontamination_finds_planted_overlaps_and_names_the_benchmark_problem():
+    benchmarks = [load_benchmark(name) for name in ("math500", "aime2024", "aime2025", "hmmt_feb2025")]
+    clean = load_benchmark("gsm8k").problems[:300]
     planted = {
         "plant-aime": benchmarks[1].problems[7],
         "plant-math": benchmarks[0].problems[123],
@@ -62,9 +63,9 @@ def test_decontamination_finds_planted_overlaps_and_names_the_benchmark_problem(
     assert overlaps_per_benchmark(overlaps)["aime2024"] >= 1
 
 
-def test_decontamination_finds_nothing_in_a_clean_set(shared_data):
-    benchmarks = [load_benchmark(name, shared_data) for name in ("aime2024", "aime2025", "hmmt_feb2025")]
-    assert find_overlaps(load_benchmark("gsm8k", shared_data).problems, benchmarks) == []
+def test_decontamination_finds_nothing_in_a_clean_set():
+    benchmarks = [load_benchmark(name) for name in ("aime2024", "aime2025", "hmmt_feb2025")]
+    assert find_overlaps(load_benchmark("gsm8k").problems, benchmarks) == []
 
 
 def test_decontamination_catches_a_short_exact_copy_and_respects_min_shared():

@@ -71,20 +71,22 @@ def test_unknown_benchmark_lists_the_known_names():
         load_benchmark("aime2030")
 
 
-def test_packaged_benchmarks_equal_the_shared_data(shared_data):
+def test_packaged_benchmarks_load_by_name_and_from_a_nested_data_dir(tmp_path):
     for name, info in REGISTRY.items():
         packaged = load_benchmark(name)
-        shared = load_benchmark(name, shared_data)
         assert packaged.path.parent == PACKAGED_DATA_DIR
-        assert shared.path == shared_data / info.stem / f"{info.stem}.jsonl"
-        assert packaged.path.read_bytes() == shared.path.read_bytes()
+        nested = tmp_path / info.stem / f"{info.stem}.jsonl"
+        nested.parent.mkdir()
+        shutil.copy(packaged.path, nested)
+        elsewhere = load_benchmark(name, tmp_path)
+        assert elsewhere.path == nested and elsewhere.problems == packaged.problems
     sizes = {name: len(load_benchmark(name).problems) for name in REGISTRY}
     assert sizes == {"aime2024": 30, "aime2025": 30, "hmmt_feb2025": 30, "math500": 500, "amc23": 40, "gsm8k": 1319,
                      "gsm8k_train": 7473}
 
 
-def test_flat_data_dir_layout_is_read(tmp_path, shared_data):
-    shutil.copy(shared_data / "amc23" / "amc23.jsonl", tmp_path / "amc23.jsonl")
+def test_flat_data_dir_layout_is_read(tmp_path):
+    shutil.copy(PACKAGED_DATA_DIR / "amc23.jsonl", tmp_path / "amc23.jsonl")
     assert load_benchmark("amc23", tmp_path).path == tmp_path / "amc23.jsonl"
     with pytest.raises(DataError, match="'aime2024' not found in"):
         load_benchmark("aime2024", tmp_path)

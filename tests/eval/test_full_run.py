@@ -9,10 +9,12 @@ import sys
 
 import pytest
 
+from rstar2.data.benchmarks import PACKAGED_DATA_DIR
+
 
 @pytest.mark.slow
 @pytest.mark.timeout(3600)  # 30,000-token budget: untrained samples ramble to the 8K context
-def test_default_protocol_run_on_gsm8k_writes_every_output(tmp_path, shared_data):
+def test_default_protocol_run_on_gsm8k_writes_every_output(tmp_path):
     out = tmp_path / "run"
     done = subprocess.run([sys.executable, "-m", "rstar2", "eval", "--bench", "gsm8k", "--limit", "20", "-n", "2",
                            "--out", str(out)], capture_output=True, text=True, timeout=7200)
@@ -31,7 +33,7 @@ def test_default_protocol_run_on_gsm8k_writes_every_output(tmp_path, shared_data
     assert len(results["problems"]["gsm8k"]) == 20 and (out / "results.md").is_file()
 
     first20 = tmp_path / "first20.jsonl"
-    rows = (shared_data / "gsm8k_test" / "gsm8k_test.jsonl").read_text().splitlines()[:20]
+    rows = (PACKAGED_DATA_DIR / "gsm8k_test.jsonl").read_text().splitlines()[:20]
     first20.write_text("\n".join(rows) + "\n")
     hard = tmp_path / "hard.jsonl"
     filtered = subprocess.run([sys.executable, "-m", "rstar2", "data", "difficulty-filter", str(first20), str(out),

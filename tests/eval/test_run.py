@@ -17,6 +17,7 @@ import time
 import pytest
 
 from rstar2.agent.tools import ToolSpec
+from rstar2.data.benchmarks import PACKAGED_DATA_DIR
 from rstar2.eval.runner import EvalSettings, RunConflict, check_output_dir
 from tests.engines.serving import serve_model_process
 
@@ -27,9 +28,9 @@ def rstar2(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "rstar2", *args], capture_output=True, text=True, timeout=timeout)
 
 
-def custom_benchmark(path, shared_data, count: int):
+def custom_benchmark(path, count: int):
     """The first ``count`` GSM8K problems as a custom benchmark file (no ids: named by line)."""
-    rows = [json.loads(line) for line in (shared_data / "gsm8k_test" / "gsm8k_test.jsonl").open()][:count]
+    rows = [json.loads(line) for line in (PACKAGED_DATA_DIR / "gsm8k_test.jsonl").open()][:count]
     path.write_text("".join(json.dumps({"problem": r["problem"], "answer": r["answer"]}) + "\n" for r in rows))
     return path
 
@@ -60,8 +61,8 @@ def kill_after_samples(args: list[str], samples_path, count: int, timeout: float
         process.wait()
 
 
-def test_resume_after_a_kill_gives_the_results_of_an_uninterrupted_run(tmp_path, shared_data):
-    bench = str(custom_benchmark(tmp_path / "tiny.jsonl", shared_data, 4))
+def test_resume_after_a_kill_gives_the_results_of_an_uninterrupted_run(tmp_path):
+    bench = str(custom_benchmark(tmp_path / "tiny.jsonl", 4))
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
 
     done = rstar2("eval", "--bench", bench, *REPRODUCIBLE, "--out", str(whole))

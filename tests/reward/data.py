@@ -1,4 +1,4 @@
-"""Readers of the shared data sets the reward tests run on (read in place, never copied)."""
+"""Readers of the real outputs the reward tests grade (tests/samples, the packaged benchmarks)."""
 
 import json
 from pathlib import Path

@@ -14,8 +14,8 @@ def _write(path, rows) -> None:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
 
 
-def test_grades_real_outputs_and_keeps_every_field(shared_data, tmp_path):
-    rows = read_rows(shared_data / "math_cot_samples" / "qwen25_math_cot_100x8.jsonl")[:24]
+def test_grades_real_outputs_and_keeps_every_field(samples, tmp_path):
+    rows = read_rows(samples / "math_cot_samples" / "qwen25_math_cot_100x8.jsonl")[:24]
     source = tmp_path / "outputs.jsonl"
     _write(source, rows)
     result = runner.invoke(app, ["grade", str(source), "--no-answer-tag", "--workers", "2"])

@@ -77,19 +77,19 @@ def test_pathological_responses_are_read_in_one_pass():
     assert extract_answer(deep) == "{" * 100_000 + "x" + "}" * 100_000
 
 
-def test_agrees_with_qwen_parser_on_real_outputs(shared_data, grader):
-    rows = read_rows(shared_data / "math_cot_samples" / "qwen25_math_cot_100x8.jsonl")
+def test_agrees_with_qwen_parser_on_real_outputs(samples, grader):
+    rows = read_rows(samples / "math_cot_samples" / "qwen25_math_cot_100x8.jsonl")
     ours = [extract_answer(row["response"], require_answer_tag=False) for row in rows]
     grades = grader.compare_many([(mine, row["pred"]) for mine, row in zip(ours, rows)])
     differing = [(mine, row["pred"]) for mine, row, g in zip(ours, rows, grades) if not g.correct]
     assert differing == []
 
 
-def test_agrees_with_tora_parser_wherever_the_output_is_boxed(shared_data, grader):
-    rows = read_rows(shared_data / "tir_traces" / "tora_70b_gsm8k.jsonl")
+def test_agrees_with_tora_parser_wherever_the_output_is_boxed(samples, grader):
+    rows = read_rows(samples / "tir_traces" / "tora_70b_gsm8k.jsonl")
     boxed = [(extract_answer(row["response"], require_answer_tag=False), row) for row in rows]
     boxed = [(mine, row) for mine, row in boxed if mine is not None]
     grades = grader.compare_many([(mine, row["pred"]) for mine, row in boxed])
     differing = [(mine, row["pred"]) for (mine, row), g in zip(boxed, grades) if not g.correct]
-    assert len(boxed) > 1300
+    assert len(boxed) == 295  # of the 300 responses, the rest end without a box
     assert differing == []

@@ -11,14 +11,14 @@ from tests.reward.data import read_rows
 from tests.reward.test_grading import HOSTILE_ANSWERS
 
 
-def real_outputs(shared_data, n: int) -> list[tuple[str, str]]:
+def real_outputs(samples, n: int) -> list[tuple[str, str]]:
     """Qwen2.5-Math outputs on MATH, with the gold in `\\boxed{}` so that most need sympy."""
-    rows = read_rows(shared_data / "math_cot_samples" / "qwen25_math_cot_100x8.jsonl")[:n]
+    rows = read_rows(samples / "math_cot_samples" / "qwen25_math_cot_100x8.jsonl")[:n]
     return [(row["response"], f"\\boxed{{{row['answer']}}}") for row in rows]
 
 
-def test_streamed_parallel_grades_equal_the_serial_ones(shared_data, grader):
-    pairs = real_outputs(shared_data, 96)
+def test_streamed_parallel_grades_equal_the_serial_ones(samples, grader):
+    pairs = real_outputs(samples, 96)
     with Grader(workers=1, deadline_s=GENEROUS_DEADLINE_S) as serial:
         expected = serial.grade_many(pairs, require_answer_tag=False)
     assert 20 < sum(g.correct for g in expected) < len(pairs)  # both verdicts occur
@@ -34,8 +34,8 @@ def test_streamed_parallel_grades_equal_the_serial_ones(shared_data, grader):
     assert per_thread == expected
 
 
-def test_deadline_kills_hold_when_hostile_answers_stream_in_beside_real_ones(shared_data):
-    pairs = real_outputs(shared_data, 24)
+def test_deadline_kills_hold_when_hostile_answers_stream_in_beside_real_ones(samples):
+    pairs = real_outputs(samples, 24)
     with Grader(workers=2, deadline_s=1.0) as grader:
         grader.compare_many([("1", "\\frac{2}{2}")])  # pool started before timing
         started = time.monotonic()

@@ -88,15 +88,21 @@ def test_a_step_without_learning_signal_is_recorded_and_leaves_the_weights(tmp_p
     (row,) = read_metrics(config.run_dir)
     assert STEP_KEYS <= row.keys() and not UPDATE_KEYS & row.keys()
     assert row["reward/accuracy"] == 0.0 and row["roc/dropped_share"] == 1.0
-    assert row["response/truncated_ratio"] == 1.0 and row["response/length_max"] == 24
     assert row["weights/version_min"] == row["weights/version_max"] == row["weights/version_lag"] == 0
     rollouts = [json.loads(line) for line in (config.run_dir / "rollouts" / "step_1.jsonl").open()]
     assert len(rollouts) == 4 and {r["group_dropped"] for r in rollouts} == {"uniform_rewards"}
-    for rollout in rollouts:  # every token sampled (no tool call), each with its log-prob, for `rstar2 view`
-        assert len(rollout["token_logprobs"]) == rollout["response_tokens"] == 24
-        assert all(isinstance(piece, str) and logprob is not None and logprob <= 0
-                   for piece, logprob in rollout["token_logprobs"])
-        assert any(logprob < 0 for _, logprob in rollout["token_logprobs"])
+    # What the model samples (where it stops, whether it calls the tool) depends on the CPU's
+    # numerics: the step's figures must agree with its rollouts, whatever they are.
+    lengths = [r["response_tokens"] for r in rollouts]
+    assert row["response/length_max"] == max(lengths) <= 24
+    assert row["response/truncated_ratio"] == sum(r["stop_reason"] == "max_tokens" for r in rollouts) / 4
+    for rollout in rollouts:  # each token with its sampled log-prob (null if not sampled), for `rstar2 view`
+        assert len(rollout["token_logprobs"]) == rollout["response_tokens"] >= 1
+        assert all(isinstance(piece, str) for piece, _ in rollout["token_logprobs"])
+        sampled = [logprob for _, logprob in rollout["token_logprobs"] if logprob is not None]
+        assert sampled and all(logprob <= 0 for logprob in sampled)
+        if not rollout["tool_calls"]:  # without a tool response every token was sampled
+            assert len(sampled) == rollout["response_tokens"]
         assert rollout["weight_version"] == 0  # the initial push, before step 1
         began, ended, graded = rollout["span_s"]
         assert 0 <= began <= ended <= graded <= row["time/rollout"] + row["time/reward"] + 1e-6

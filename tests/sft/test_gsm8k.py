@@ -10,6 +10,7 @@ import pytest
 from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.agent.toolcall import tool_output
 from rstar2.data import read_problems
+from rstar2.data.benchmarks import PACKAGED_DATA_DIR
 from rstar2.reward import score
 from rstar2.sandbox import SandboxClient
 from rstar2.sft.gsm8k import AnnotationError, gsm8k_task, gsm8k_traces, python_expression, step_count
@@ -18,8 +19,8 @@ PROMPT = PromptConfig(variant="short")
 
 
 @pytest.fixture(scope="module")
-def gsm8k_rows(shared_data):
-    return {p.id: p for p in read_problems(shared_data / "gsm8k_train" / "gsm8k_train.jsonl")[:60]}
+def gsm8k_rows():
+    return {p.id: p for p in read_problems(PACKAGED_DATA_DIR / "gsm8k_train.jsonl")[:60]}
 
 
 def edited(problem, old: str, new: str):
