@@ -2,35 +2,24 @@
 ranks (gloo), 2 engine actors, one sandbox. A run killed (SIGKILL to its whole process group)
 after its step-2 checkpoint resumes and finishes step 3 like an uninterrupted run: the same
 problems and learning rate. The sampled tokens of step 3 are not
-compared: two engine actors batch concurrent turns in arrival order, which timing decides."""
+compared: two engine actors batch concurrent turns in arrival order, which timing decides.
+CI runs the same at a tiny model's size: test_distributed_resume."""
 
-import json
-import os
-import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from rstar2.rl.runlog import read_metrics
 from rstar2.sft.dataset import split_tasks, write_problems
-
-RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "cpu-cluster.yaml"
+from tests.cluster.cluster_runs import kill_group, run_env, step_problems, train_command
 
 
 def command(runs, data, name, *extra):
     settings = [f"runs_dir={runs}", f"data.train={data}", "rl.steps=3", "rl.prompts_per_step=2",
                 "rl.group_size=2", "rollout.max_response_tokens=48", "rollout.max_turns=2",
                 "logging.rollouts_per_step=2", "rl.roc.drop_zero_variance=false"]  # always an update
-    return [sys.executable, "-m", "rstar2", "train", str(RECIPE), "--name", name,
-            *[arg for s in settings for arg in ("--set", s)], *extra]
-
-
-def step_problems(run, step):
-    rows = [json.loads(line) for line in (run / "rollouts" / f"step_{step}.jsonl").open()]
-    return sorted({row["problem_id"] for row in rows})
+    return train_command(name, settings, *extra)
 
 
 @pytest.mark.slow
@@ -39,8 +28,7 @@ def test_killed_distributed_run_resumes_like_an_uninterrupted_one(tmp_path, loca
     local_ray.shutdown()  # the runs start their own local clusters
     data = write_problems(tmp_path / "rl.jsonl", split_tasks(seed=0, sft=1, rl=1, heldout=12).heldout)
     runs = tmp_path / "runs"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env.pop("RAY_ADDRESS", None)
+    env = run_env()
     whole = subprocess.run(command(runs, data, "whole"), env=env, capture_output=True, text=True,
                            timeout=3000)
     assert whole.returncode == 0, whole.stderr[-3000:]
@@ -50,8 +38,7 @@ def test_killed_distributed_run_resumes_like_an_uninterrupted_one(tmp_path, loca
     deadline = time.time() + 3000
     while not checkpoint.exists() and killed.poll() is None and time.time() < deadline:
         time.sleep(1)
-    os.killpg(killed.pid, signal.SIGKILL)
-    killed.wait()
+    kill_group(killed)
     assert checkpoint.exists()
     resumed = subprocess.run(command(runs, data, "killed", "--resume"), env=env,
                              capture_output=True, text=True, timeout=3000)

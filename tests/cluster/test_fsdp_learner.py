@@ -1,5 +1,6 @@
 """The FSDP2 learner over 2 gloo ranks (Ray actors) against the single-process learner, on the
-real default model and the same batch.
+real default model (and tiny random ones) and the same batch; its sharded checkpoint restored
+and exported.
 
 Tolerance: the two sum the same micro-batch gradients in a different order (per rank, then
 across ranks), so gradients differ in float32 rounding (~1e-7 relative). AdamW's first step
@@ -61,14 +62,25 @@ def batch(tokenizer):
     return rows
 
 
+def of_family(config, family, tiny_models):
+    """``config`` on the real default model ('smollm2-135m') or on a tiny random one."""
+    if family == "smollm2-135m":
+        return config
+    return config.model_copy(update={"model": config.model.model_copy(
+        update={"path": str(tiny_models[family])})})
+
+
+def float32_engine(config) -> HFEngine:
+    """The rollout engine of ``config``'s model, in float32 (its own copy of the weights)."""
+    return HFEngine(HFEngineConfig(model=config.model.path, dtype="float32", max_batch_size=2))
+
+
 @pytest.mark.parametrize("family", ["smollm2-135m", "qwen2", "qwen3"])
 def test_two_gloo_ranks_update_like_one_process(family, config, tiny_models, local_ray):
     """On the real default model, and on a tiny random Qwen2.5 (q/k/v biases) and Qwen3
     (per-head q/k norms), whose layers FSDP2 shards the same way."""
-    if family != "smollm2-135m":
-        config = config.model_copy(update={"model": config.model.model_copy(
-            update={"path": str(tiny_models[family])})})
-    engine = HFEngine(HFEngineConfig(model=config.model.path, dtype="float32", max_batch_size=2))
+    config = of_family(config, family, tiny_models)
+    engine = float32_engine(config)
     tokenizer = engine.tokenizer
     model = load_policy(config.model)
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -108,11 +120,16 @@ def test_two_gloo_ranks_update_like_one_process(family, config, tiny_models, loc
                                                            rel=1e-5, abs=1e-7)
 
 
-@pytest.mark.slow  # two learners of two ranks, one after the other
-def test_sharded_checkpoint_resumes_exactly_and_exports(config, tokenizer, local_ray, tmp_path):
+@pytest.mark.parametrize("family", [pytest.param("smollm2-135m", marks=pytest.mark.slow), "qwen3"])
+def test_sharded_checkpoint_resumes_exactly_and_exports(family, config, tiny_models, local_ray, tmp_path):
+    """Two learners of two ranks, one after the other: the second restores the first's
+    checkpoint (weights, AdamW's moments, the schedule) and exports. CI runs it on the tiny
+    Qwen3, whose shards take the same path; the default model's is slow."""
     from rstar2.engines.loading import load_model
 
-    engine = HFEngine(HFEngineConfig(dtype="float32", max_batch_size=2))
+    config = of_family(config, family, tiny_models)
+    engine = float32_engine(config)
+    tokenizer = engine.tokenizer
     data = batch(tokenizer)
     first = distributed(config, engine, tokenizer)
     try:
