@@ -4,7 +4,7 @@
     python scripts/config_reference.py --check    # exit 1 when docs/config.md is stale
 
 The page is `rstar2.section.reference` of the models a recipe is read into: the run config
-(`rstar2 train`, `rstar2 demo`), the GSM8K pipeline's `gsm8k:` section and the SFT run
+(`rstar2 train`, `rstar2 demo`), the demo's `demo:` section, the GSM8K pipeline's `gsm8k:` section and the SFT run
 (`rstar2 sft`). Nothing here names
 a field, so a field added, moved, retyped or redocumented reaches the page when it is
 regenerated; tests/docs/test_config_page.py fails until it is.
@@ -36,14 +36,16 @@ This page is generated from the configuration models' own descriptions
 def render_page() -> str:
     sys.path.insert(0, str(REPO))
     from rstar2.demo.gsm8k import GSM8KSettings
+    from rstar2.demo.pipeline import DemoSettings
     from rstar2.run.config import RunConfig
     from rstar2.section import reference
     from rstar2.sft.config import SFTConfig
 
     run = reference(RunConfig, description="The run: its name, seed and where it writes.")
+    demo = reference(DemoSettings, "demo.", DemoSettings.__doc__ or "")
     gsm8k = reference(GSM8KSettings, "gsm8k.", GSM8KSettings.__doc__ or "")
     sft = reference(SFTConfig, description="The SFT run: its name and where it writes ([sft](sft.md)).")
-    return (f"{HEADER}\n{run}\n# The GSM8K pipeline (`rstar2 demo --recipe gsm8k`)\n\n{gsm8k}\n"
+    return (f"{HEADER}\n{run}\n# The demo (`rstar2 demo`)\n\n{demo}\n# The GSM8K pipeline (`rstar2 demo --recipe gsm8k`)\n\n{gsm8k}\n"
             f"# The SFT run (`rstar2 sft`)\n\n{sft}").rstrip() + "\n"
 
 

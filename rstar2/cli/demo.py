@@ -24,7 +24,8 @@ def demo(
                                "file; one with a `gsm8k:` section runs the GSM8K pipeline."),
     name: str = typer.Option(None, "--name", metavar="NAME", help="Run folder under runs/ (default: the recipe's name)."),
     overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help="Dotted override of the recipe, "
-                                        "e.g. --set rl.roc.mode=off --set rl.steps=20."),
+                                        "e.g. --set rl.roc.mode=off --set rl.steps=20; the demo's data sizes "
+                                        "under demo. (--set demo.heldout_problems=300), the GSM8K recipe's under gsm8k."),
     sft_model: str = typer.Option(None, "--sft-model", metavar="DIR", help="Skip the SFT and start RL from this model "
                                   "directory (an earlier demo's runs/<name>/sft/final), e.g. to compare RL settings."),
     sft_dtype: str = typer.Option(None, "--sft-dtype", **one_of(("auto", "float32", "bfloat16"), "SFT dtype"),
@@ -39,8 +40,10 @@ def demo(
     `--recipe gsm8k` trains on GSM8K train and evaluates on GSM8K test. Prints where everything is."""
     from rstar2.data import DataError
     from rstar2.engines.loading import ModelNotFound
-    from rstar2.demo.gsm8k import SECTION, run_gsm8k
-    from rstar2.demo.pipeline import DemoSettings, run_demo
+    from rstar2.demo.gsm8k import SECTION as GSM8K_SECTION
+    from rstar2.demo.gsm8k import run_gsm8k
+    from rstar2.demo.pipeline import SECTION as DEMO_SECTION
+    from rstar2.demo.pipeline import run_demo
     from rstar2.rl.config import LoggingConfig
     from rstar2.run.recipe import ConfigError, read_recipe
 
@@ -50,14 +53,10 @@ def demo(
         tree = read_recipe(path, settings)
         refuse_missing_logger(LoggingConfig.model_validate(tree.get("logging") or {}))
         announce_device(str((tree.get("model") or {}).get("device", "auto")))
-        if SECTION in tree:
-            extra = [f"{SECTION}.sft_model={sft_model}"] if sft_model else []
-            extra += [f"{SECTION}.sft.compute_dtype={sft_dtype}"] if sft_dtype else []
-            run_gsm8k(path, settings + extra, name)
-        else:
-            demo_settings = DemoSettings(recipe=str(path), name=name, overrides=settings, sft_model=sft_model)
-            if sft_dtype:
-                demo_settings.sft = demo_settings.sft.model_copy(update={"compute_dtype": sft_dtype})
-            run_demo(demo_settings)
+        section = GSM8K_SECTION if GSM8K_SECTION in tree else DEMO_SECTION
+        extra = [f"{section}.sft_model={sft_model}"] if sft_model else []
+        extra += [f"{section}.sft.compute_dtype={sft_dtype}"] if sft_dtype else []
+        run = run_gsm8k if section == GSM8K_SECTION else run_demo
+        run(path, settings + extra, name)
     except (FileExistsError, ConfigError, DataError, ValidationError, ModelNotFound) as error:
         fail(error)

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from tqdm import tqdm
 
@@ -47,17 +47,15 @@ from rstar2.agent.prompt import ChatFormat
 from rstar2.agent.rollout import Agent
 from rstar2.data import DataError, Overlap, Problem, find_overlaps, load_benchmark, read_problems, write_jsonl
 from rstar2.data.difficulty import split_by_pass_rate
-from rstar2.demo.pipeline import Evaluator, machine_dtypes, run_pipeline, train_and_evaluate
+from rstar2.demo.pipeline import Evaluator, load_pipeline_recipe, machine_dtypes, run_pipeline, train_and_evaluate
 from rstar2.engines.loading import load_tokenizer
 from rstar2.eval.launch import agent_solver
 from rstar2.eval.metrics import paired_difference
 from rstar2.eval.runner import SAMPLES_JSONL, EvalSettings, run_eval
 from rstar2.eval.samples import read_outcomes
 from rstar2.reward import Grader
-from rstar2.recipe import ConfigError, describe_error, read_recipe
 from rstar2.rl.runlog import read_metrics
 from rstar2.run.config import RunConfig
-from rstar2.run.recipe import validate_config
 from rstar2.sandbox import SandboxClient
 from rstar2.sft.dataset import write_traces
 from rstar2.sft.gsm8k import gsm8k_traces, step_count
@@ -115,20 +113,8 @@ class GSM8KSplits:
 
 def load_recipe(path: str | Path = RECIPE, overrides: Sequence[str] = (), name: str | None = None
                 ) -> tuple[GSM8KSettings, RunConfig]:
-    """The recipe's two parts; the RL run trains on the run's own ``data/rl_train.jsonl`` and
-    starts from ``gsm8k.sft_model`` when one is given."""
-    tree = read_recipe(path, overrides)
-    try:
-        settings = GSM8KSettings.model_validate(tree.pop(SECTION, None) or {})
-    except ValidationError as error:
-        lines = [f"{SECTION}.{describe_error(problem, GSM8KSettings)}" for problem in error.errors()]
-        raise ConfigError(f"{path}: " + "; ".join(lines)) from None
-    tree["name"] = name or tree.get("name")
-    runs_dir = tree.get("runs_dir", "runs")
-    tree.setdefault("data", {})["train"] = str(Path(runs_dir) / str(tree["name"]) / "data" / "rl_train.jsonl")
-    if settings.sft_model:
-        tree.setdefault("model", {})["path"] = settings.sft_model
-    return settings, validate_config(tree, source=str(path))
+    """The recipe's two parts (``load_pipeline_recipe``)."""
+    return load_pipeline_recipe(path, overrides, name, SECTION, GSM8KSettings)
 
 
 def gsm8k_splits(settings: GSM8KSettings, seed: int) -> GSM8KSplits:
@@ -163,7 +149,9 @@ def run_gsm8k(recipe: str | Path = RECIPE, overrides: Sequence[str] = (), name: 
     """Run the whole GSM8K recipe (module docstring); returns the summary also in summary.json."""
     console = console or Console()
     settings, config = load_recipe(recipe, overrides, name)
-    load_benchmark(settings.train)  # a missing file is refused before the pipeline starts
+    load_benchmark(settings.train)  # a missing file is refused before the pipeline starts,
+    if settings.rl_train:  # and so is a missing RL file, not after the SFT and its evaluation
+        read_problems(settings.rl_train)
     config = machine_dtypes(config, console)
     return run_pipeline(config, lambda url, grader, out: phases(settings, config, url, grader, out), console)
 

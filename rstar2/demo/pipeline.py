@@ -1,6 +1,6 @@
 """``rstar2 demo``: the paper's recipe in miniature on the embedded SmolLM2-135M-Instruct, on CPU.
 
-    report = run_demo(DemoSettings())
+    report = run_demo()  # or run_demo(overrides=["demo.heldout_problems=300", "rl.steps=20"])
 
 1. **Data.** Seeded templates (``rstar2.sft``) make three disjoint problem sets: SFT (basic),
    RL (hard: larger numbers, two-step variants) and held-out (half of each level).
@@ -31,11 +31,12 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import yaml
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 
 from rstar2 import RECIPES
@@ -52,7 +53,8 @@ from rstar2.rl.policy import load_policy
 from rstar2.rl.runlog import read_metrics
 from rstar2.run.config import RunConfig
 from rstar2.run.placement import LocalPlacement, rollout_engine
-from rstar2.run.recipe import load_config
+from rstar2.recipe import ConfigError, describe_error, read_recipe
+from rstar2.run.recipe import validate_config
 from rstar2.run.training import resolve_auto_dtypes, run_training
 from rstar2.sandbox import SandboxClient, local_sandbox
 from rstar2.sft.config import AgentFormat, SFTConfig, SFTDataConfig, SFTModelConfig, SFTTraining
@@ -63,10 +65,19 @@ from rstar2.sft.train import SFTSettings
 DEFAULT_RECIPE = RECIPES / "cpu-demo.yaml"
 
 
+SettingsT = TypeVar("SettingsT", bound=BaseModel)
+"""A pipeline's section (``DemoSettings``, the GSM8K recipe's): a model with ``sft_model``."""
+
+
+SECTION = "demo"
+
+
 class DemoSettings(BaseModel):
-    recipe: str = Field(str(DEFAULT_RECIPE), description="The RL phase's recipe.")
-    overrides: list[str] = Field(default_factory=list, description="Dotted overrides of the recipe.")
-    name: str | None = Field(None, description="Run name; default: the recipe's name.")
+    """The recipe's optional ``demo:`` section (``--set demo.heldout_problems=300``): the data
+    and the phases around the RL run; the defaults are the demo's measured sizes."""
+
+    model_config = ConfigDict(extra="forbid")
+
     sft_problems: int = Field(112, ge=1, description="SFT traces of basic problems.")
     sft_hard_problems: int = Field(24, ge=0, description="SFT traces of hard problems (RL's kind), "
                                    "so that RL starts with some success on them.")
@@ -74,7 +85,8 @@ class DemoSettings(BaseModel):
                                     "call fails and is fixed.")
     rl_problems: int = Field(400, ge=1, description="RL training problems (hard).")
     heldout_problems: int = Field(60, ge=2, description="Held-out problems, half basic, half hard.")
-    sft: SFTSettings = Field(default_factory=lambda: SFTSettings(epochs=1, batch_size=8, lr=1e-4, warmup_steps=3))
+    sft: SFTSettings = Field(default_factory=lambda: SFTSettings(epochs=1, batch_size=8, lr=1e-4, warmup_steps=3),
+                             description="The cold-start SFT.")
     sft_model: str | None = Field(None, description="Skip the SFT: start RL from this model directory "
                                   "(an earlier demo's sft/final), e.g. to compare RL settings from one start.")
     eval_max_tokens: int = Field(320, ge=16, description="Token budget of a held-out answer.")
@@ -94,11 +106,32 @@ class Phase(BaseModel):
     results: str
 
 
-def run_demo(settings: DemoSettings, console: Console | None = None) -> dict:
+def run_demo(recipe: str | Path = DEFAULT_RECIPE, overrides: Sequence[str] = (), name: str | None = None,
+             console: Console | None = None) -> dict:
     """Run the whole demo (module docstring); returns the summary also written to summary.json."""
     console = console or Console()
-    config = machine_dtypes(demo_config(settings), console)
+    settings, config = load_pipeline_recipe(recipe, overrides, name, SECTION, DemoSettings)
+    config = machine_dtypes(config, console)
     return run_pipeline(config, lambda url, grader, out: phases(settings, config, url, grader, out), console)
+
+
+def load_pipeline_recipe(path: str | Path, overrides: Sequence[str], name: str | None, section: str,
+                         settings_type: type[SettingsT]) -> tuple[SettingsT, RunConfig]:
+    """A pipeline recipe's two parts: its own ``section`` (``demo:``, ``gsm8k:``; absent means
+    the defaults) and the RL run, which trains on the run's own ``data/rl_train.jsonl`` and
+    starts from the section's ``sft_model`` when one is given. Every bad field of either is
+    refused here, before anything is written."""
+    tree = read_recipe(path, overrides)
+    try:
+        settings = settings_type.model_validate(tree.pop(section, None) or {})
+    except ValidationError as error:
+        lines = [f"{section}.{describe_error(problem, settings_type)}" for problem in error.errors()]
+        raise ConfigError(f"{path}: " + "; ".join(lines)) from None
+    name = tree["name"] = str(name or tree.get("name"))
+    tree.setdefault("data", {})["train"] = str(Path(tree.get("runs_dir", "runs")) / name / "data" / "rl_train.jsonl")
+    if settings.sft_model:
+        tree.setdefault("model", {})["path"] = settings.sft_model
+    return settings, validate_config(tree, source=str(path))
 
 
 def machine_dtypes(config: RunConfig, console: Console) -> RunConfig:
@@ -135,15 +168,6 @@ def run_pipeline(config: RunConfig, run_phases: Callable[[str, Grader, Console],
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     console.print(closing_note(summary, run_dir))
     return summary
-
-
-def demo_config(settings: DemoSettings) -> RunConfig:
-    """The recipe with the demo's overrides; its training set is the demo's own RL file."""
-    recipe = load_config(settings.recipe, settings.overrides)
-    name = settings.name or recipe.name
-    data = Path(recipe.runs_dir) / name / "data" / "rl_train.jsonl"
-    start = [f"model.path={settings.sft_model}"] if settings.sft_model else []
-    return load_config(settings.recipe, [*settings.overrides, f"name={name}", f"data.train={data}", *start])
 
 
 async def phases(settings: DemoSettings, config: RunConfig, url: str, grader: Grader, console: Console) -> dict:

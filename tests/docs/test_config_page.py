@@ -24,10 +24,12 @@ def test_the_committed_page_is_current():
 
 def test_every_recipe_field_has_a_description():
     from rstar2.demo.gsm8k import GSM8KSettings
+    from rstar2.demo.pipeline import DemoSettings
     from rstar2.run.config import RunConfig
     from rstar2.sft.config import SFTConfig
 
     assert undocumented_fields(RunConfig) == []
+    assert undocumented_fields(DemoSettings, "demo.") == []
     assert undocumented_fields(GSM8KSettings, "gsm8k.") == []
     assert undocumented_fields(SFTConfig) == []
 

@@ -5,46 +5,25 @@ exists; the same for the pages under docs/."""
 from __future__ import annotations
 
 import re
-import shlex
-import subprocess
 from pathlib import Path
 
 import pytest
 import typer
 
 from rstar2.cli import app
+from tests.docs.doc_commands import PAGES, REPO, page_commands, rstar2_args, words
 
-REPO = Path(__file__).resolve().parents[2]
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.M | re.S)
-COMMAND = re.compile(r"^(?:\.venv/bin/)?(?:python -m )?rstar2 (.*)$")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 UsageError = typer.BadParameter.__base__  # typer's own click: what a command line that does not parse raises
 REFUSED = (UsageError, typer.Exit)  # typer.Exit: an option's own one-line refusal (rstar2.cli.app.fail)
 
 
 def fenced_commands(page: Path) -> list[str]:
-    """The `rstar2 ...` lines of a page's fenced blocks, continuation lines joined, without the
-    trailing comment or `&`."""
-    commands = []
-    for block in FENCE.findall(page.read_text()):
-        for line in block.replace("\\\n", " ").splitlines():
-            line = re.sub(r"\s#(\s.*)?$", "", line).strip().removesuffix("&").strip()
-            for part in line.split("&&"):
-                match = COMMAND.match(part.strip())
-                if match:
-                    commands.append(match.group(1))
-    return commands
-
-
-def shell_words(command: str) -> list[str]:
-    """The words of ``command`` as a shell would pass them: with ``$(...)`` and ``$((...))``
-    expanded by bash itself when the command uses them (e.g. ``--workers $((2 * $(nproc)))``)."""
-    if "$" not in command:
-        return shlex.split(command)
-    words = subprocess.run(["bash", "-c", f"printf '%s\\0' {command}"], capture_output=True,
-                           text=True, check=True).stdout
-    return words.split("\0")[:-1]
+    """What follows ``rstar2`` in each command of a page's fenced blocks (``doc_commands``:
+    continuation lines joined, without the trailing comment, after ``flock``/``env`` prefixes,
+    inside ``bash -c '...'``), leaving out those run in another commit's checkout."""
+    return [args for command in page_commands(page) if command.fenced and not command.elsewhere
+            and (args := rstar2_args(command.text)) is not None]
 
 
 def parse_only(argv: list[str]) -> typer.Context:
@@ -72,7 +51,7 @@ def test_the_readme_shows_commands():
 def test_documented_command_parses(page, command, tmp_path, monkeypatch):
     """Parsed in a copy of the repository's layout where the run outputs a command reads
     (``runs/...``, written by an earlier command) exist."""
-    argv = shell_words(command)
+    argv = words(command)
     for name in ("recipes", "rstar2", "benchmarks"):
         (tmp_path / name).symlink_to(REPO / name)
     for arg in argv:
