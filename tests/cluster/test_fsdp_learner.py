@@ -75,7 +75,7 @@ def float32_engine(config) -> HFEngine:
     return HFEngine(HFEngineConfig(model=config.model.path, dtype="float32", max_batch_size=2))
 
 
-@pytest.mark.parametrize("family", ["smollm2-135m", "qwen2", "qwen3"])
+@pytest.mark.parametrize("family", [pytest.param("smollm2-135m", marks=pytest.mark.slow), "qwen2", "qwen3"])
 def test_two_gloo_ranks_update_like_one_process(family, config, tiny_models, local_ray):
     """On the real default model, and on a tiny random Qwen2.5 (q/k/v biases) and Qwen3
     (per-head q/k norms), whose layers FSDP2 shards the same way."""

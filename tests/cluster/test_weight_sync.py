@@ -1,5 +1,5 @@
-"""Weight sync from the FSDP2 learner (2 gloo ranks) to a fleet of 2 Ray actor members, on the
-real default model: after a broadcast every member's weights equal the learner's bitwise (by
+"""Weight sync from the FSDP2 learner (2 gloo ranks) to a fleet of 2 Ray actor members, on a
+tiny random Qwen3 (the bucketed broadcast does not depend on the model's size): after a broadcast every member's weights equal the learner's bitwise (by
 checksum); after an update without a sync they differ, and the members' sampled log-probs move
 away from the learner's, until the next sync brings them back to ~0."""
 
@@ -12,11 +12,11 @@ pytest.importorskip("ray", reason="the distributed learner needs the [ray] extra
 
 from rstar2.engines.base import SamplingParams
 from rstar2.engines.factory import MemberSpec, open_fleet
-from rstar2.engines.loading import load_model
+from rstar2.engines.loading import load_model, load_tokenizer
 from rstar2.engines.weight_sync import GlooBroadcast, GroupSync
 from rstar2.engines.weights import buckets, checksum, manifest_of
 from rstar2.rl.update import UpdateSettings, recompute_logprobs
-from tests.cluster.test_fsdp_learner import batch, config, distributed  # noqa: F401
+from tests.cluster.test_fsdp_learner import batch, config, distributed, of_family  # noqa: F401
 
 
 def test_buckets_split_by_size_and_dtype():
@@ -40,7 +40,7 @@ def logprob_gap(fleet, learner, tokenizer, config):
     prompt = tokenizer.encode("Compute 12 * 7 and explain.")
     params = SamplingParams(temperature=1.0, max_tokens=12)
     (completion,) = asyncio.run(fleet.members[0].generate([prompt], params))
-    model = load_model("default", dtype="float32")
+    model = load_model(config.model.path, dtype="float32")
     model.load_state_dict(learner.full_state_dict())
     from rstar2.rl.batch import TrainSequence
 
@@ -52,22 +52,24 @@ def logprob_gap(fleet, learner, tokenizer, config):
     return (mine - torch.tensor(completion.logprobs)).abs().mean().item()
 
 
-def broadcasting(config, tokenizer, **optimizer):
-    """``config`` with the broadcast sync (and ``optimizer`` settings), a fleet of 2 Ray actor
-    members and a learner over it."""
+def broadcasting(config, tiny_models, **optimizer):
+    """``config`` on the tiny Qwen3 with the broadcast sync (and ``optimizer`` settings), its
+    tokenizer, a fleet of 2 Ray actor members and a learner over it."""
+    config = of_family(config, "qwen3", tiny_models)
+    tokenizer = load_tokenizer(config.model.path)
     optimizer = config.rl.optimizer.model_copy(update=optimizer)
     config = config.model_copy(update={
         "rl": config.rl.model_copy(update={"optimizer": optimizer}),
         "cluster": config.cluster.model_copy(update={"weight_sync": "broadcast"})})
-    fleet = open_fleet([MemberSpec(ray=True, max_batch_size=2)] * 2, "static", model="default",
+    fleet = open_fleet([MemberSpec(ray=True, max_batch_size=2)] * 2, "static", model=config.model.path,
                        dtype="float32", seed=0, tokenizer=tokenizer,
                        on_replaced=lambda member: learner.catch_up(member))
     learner = distributed(config, fleet, tokenizer)
-    return config, fleet, learner
+    return config, tokenizer, fleet, learner
 
 
-def test_broadcast_sync_makes_members_equal_the_learner(config, tokenizer, local_ray):  # noqa: F811
-    config, fleet, learner = broadcasting(config, tokenizer, lr=1e-3)
+def test_broadcast_sync_makes_members_equal_the_learner(config, tiny_models, local_ray):  # noqa: F811
+    config, tokenizer, fleet, learner = broadcasting(config, tiny_models, lr=1e-3)
     try:
         asyncio.run(learner.push_weights())
         assert isinstance(learner.sync, GroupSync) and isinstance(learner.sync.transport, GlooBroadcast)
@@ -95,12 +97,12 @@ async def push_and_settle(learner, fleet):
         await asyncio.gather(*fleet.restarts)
 
 
-def test_a_replaced_member_rejoins_the_broadcast(config, tokenizer, local_ray):  # noqa: F811
+def test_a_replaced_member_rejoins_the_broadcast(config, tiny_models, local_ray):  # noqa: F811
     """A member actor killed between steps: the next sync finds it dead, the fleet replaces it,
     the replacement is caught up over the broadcast (the fleet's ``on_replaced``: the fleet
     keeps no weights to fall back on in this mode), and the sync after that reaches it in the
     whole group again."""
-    _, fleet, learner = broadcasting(config, tokenizer)
+    _, tokenizer, fleet, learner = broadcasting(config, tiny_models)
     try:
         asyncio.run(learner.push_weights())
         learner.learn(batch(tokenizer))

@@ -177,7 +177,7 @@ def test_a_folder_that_holds_an_earlier_demo_is_refused(first, runs, tiny_models
 
 @pytest.fixture(scope="module")
 def gsm8k_first(runs, tiny_models):
-    """`rstar2 demo --recipe gsm8k` on packaged GSM8K train and test (nothing from ../shared)."""
+    """`rstar2 demo --recipe gsm8k` on the GSM8K train and test sets the package ships."""
     return demo("--recipe", "gsm8k", "--name", "gsm8k-first", "--sft-dtype", "float32", *GSM8K_SIZES,
                 *rl_sizes(runs, tiny_models["llama"], 1))
 

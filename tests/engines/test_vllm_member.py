@@ -12,7 +12,7 @@ import pytest
 
 from rstar2.engines.base import SamplingParams
 from rstar2.engines.weights import digests
-from tests.cluster.test_fsdp_learner import batch, config, distributed  # noqa: F401
+from tests.cluster.test_fsdp_learner import batch, config, distributed, of_family  # noqa: F401
 from tests.engines.serving import serving
 from tests.polling import until
 
@@ -181,20 +181,24 @@ async def push_and_settle(learner, fleet, version: int) -> None:
 
 
 def test_vllm_members_take_weights_by_vllms_transfer_and_stamp_versions(
-        stand_in_ray, config, tokenizer):  # noqa: F811
+        stand_in_ray, config, tiny_models):  # noqa: F811
     """Two Ray members, one with two tensor-parallel workers: the learner's rank 0 and the
     three workers form one group (ranks 1-2 and 3), and every worker ends up bitwise equal; a
-    member replaced after dying is caught up through the fleet's ``on_replaced``."""
+    member replaced after dying is caught up through the fleet's ``on_replaced``. On a tiny
+    random Qwen3: the transfer does not depend on the model's size."""
     from rstar2.engines.factory import MemberSpec, open_fleet
     from rstar2.engines.fleet.vllm_member import VLLMRayMember
+    from rstar2.engines.loading import load_tokenizer
     from rstar2.engines.weight_sync import GroupSync, VLLMTransfer
 
+    config = of_family(config, "qwen3", tiny_models)
+    tokenizer = load_tokenizer(config.model.path)
     config = config.model_copy(update={"cluster": config.cluster.model_copy(update={
         "weight_sync": "broadcast", "learner": config.cluster.learner.model_copy(update={"ranks": 1})})})
     specs = [MemberSpec(kind="vllm", ray=True, gpus=0, max_batch_size=2,
                         engine_args={"tensor_parallel_size": 2}),
              MemberSpec(kind="vllm", ray=True, gpus=0, max_batch_size=2)]
-    fleet = open_fleet(specs, "static", model="default", dtype="float32", seed=0,
+    fleet = open_fleet(specs, "static", model=config.model.path, dtype="float32", seed=0,
                        tokenizer=tokenizer, on_replaced=lambda m: learner.catch_up(m))
     assert all(isinstance(m, VLLMRayMember) for m in fleet.members)
     learner = distributed(config, fleet, tokenizer)

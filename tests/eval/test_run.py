@@ -21,7 +21,7 @@ from rstar2.data.benchmarks import PACKAGED_DATA_DIR
 from rstar2.eval.runner import EvalSettings, RunConflict, check_output_dir
 from tests.engines.serving import serve_model_process
 
-REPRODUCIBLE = ["-n", "2", "--temperature", "0", "-c", "1", "--max-tokens", "40", "--max-turns", "3", "-q"]
+REPRODUCIBLE = ["-n", "2", "--temperature", "0", "-c", "1", "--max-tokens", "16", "--max-turns", "3", "-q"]
 
 
 def rstar2(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
