@@ -201,7 +201,9 @@ def test_a_slowed_member_is_measured_from_its_metrics_and_left_at_its_tool_calls
             engine.shutdown()
     assert len(results) == len(attempts) == 6
     latency = [load.inter_token_seconds / load.inter_tokens for load in loads]
-    assert latency[1] - latency[0] > 0.15  # the 0.2 s pause is in each of its tokens' latency
+    # the 0.2 s pause is in each of the slow member's token latencies; by how much the other is
+    # faster depends on how the two share the cores (it computes during the pause), so only the order
+    assert latency[1] >= 0.2 and latency[1] > latency[0]
     policy = fleet.scheduler.policy
     assert policy.slowness(1) > 1 and policy.slowness(0) == 1
     assert fleet.scheduler.moves >= 1  # a trajectory dealt to the slow member left it
