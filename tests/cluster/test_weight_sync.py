@@ -12,11 +12,13 @@ pytest.importorskip("ray", reason="the distributed learner needs the [ray] extra
 
 from rstar2.engines.base import SamplingParams
 from rstar2.engines.factory import MemberSpec, open_fleet
+from rstar2.engines.fleet.members import MemberDown
 from rstar2.engines.loading import load_model, load_tokenizer
 from rstar2.engines.weight_sync import GlooBroadcast, GroupSync
 from rstar2.engines.weights import buckets, checksum, manifest_of
 from rstar2.rl.update import UpdateSettings, recompute_logprobs
 from tests.cluster.test_fsdp_learner import batch, config, distributed, of_family  # noqa: F401
+from tests.polling import wait_until
 
 
 def test_buckets_split_by_size_and_dtype():
@@ -90,6 +92,15 @@ def test_broadcast_sync_makes_members_equal_the_learner(config, tiny_models, loc
     assert stale_gap > 100 * max(synced_gap, again_gap, 1e-6)
 
 
+def answers(member) -> bool:
+    """Whether ``member``'s actor still answers a call."""
+    try:
+        asyncio.run(member.load())
+        return True
+    except MemberDown:
+        return False
+
+
 async def push_and_settle(learner, fleet):
     """One sync, then wait for the replacements the fleet started during it."""
     await learner.push_weights()
@@ -107,7 +118,8 @@ def test_a_replaced_member_rejoins_the_broadcast(config, tiny_models, local_ray)
         asyncio.run(learner.push_weights())
         learner.learn(batch(tokenizer))
         killed = fleet.members[0].actor
-        local_ray.kill(killed)
+        local_ray.kill(killed)  # asynchronous: "between steps" means dead before the next sync
+        wait_until(lambda: not answers(fleet.members[0]), what="the killed actor gone")
         asyncio.run(push_and_settle(learner, fleet))
         assert fleet.replaced == 1 and fleet.members[0].actor != killed
         assert fleet.last_weights is None  # nothing went through the fleet's own fallback

@@ -13,8 +13,9 @@ import pytest
 from rstar2.engines.base import SamplingParams
 from rstar2.engines.weights import digests
 from tests.cluster.test_fsdp_learner import batch, config, distributed, of_family  # noqa: F401
+from tests.cluster.test_weight_sync import answers
 from tests.engines.serving import serving
-from tests.polling import until
+from tests.polling import until, wait_until
 
 pytestmark = pytest.mark.vllm_contract
 
@@ -220,6 +221,7 @@ def test_vllm_members_take_weights_by_vllms_transfer_and_stamp_versions(
         assert versions(fleet, tokenizer) == [2, 2]
         killed = fleet.members[1].actor  # dies between steps: the push forms a group without
         stand_in_ray.kill(killed)       # it, its replacement is caught up in a group of its own
+        wait_until(lambda: not answers(fleet.members[1]), what="the killed actor gone")  # kill is asynchronous
         learner.learn(batch(tokenizer))
         asyncio.run(push_and_settle(learner, fleet, 3))
         assert fleet.replaced == 1 and fleet.members[1].actor != killed
