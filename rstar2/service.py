@@ -12,6 +12,11 @@ each answers abuse and shutdown the same way.
   dropped (so that the client, still sending, can read the answer) up to ``DISCARD_FACTOR``
   times the limit, or at least ``MIN_DISCARD_BYTES``; a larger body is answered at once and
   its connection closed.
+* **A client that stalls is let go.** A connection must deliver a request's headers within
+  ``read_timeout_s`` of opening (or of its previous answer), else it is closed; the body must
+  then arrive whole within ``read_timeout_s`` more, else it is answered 408 and closed. A
+  client that sends nothing, half a header, half a body or a body one byte a second therefore
+  holds a connection for a bounded time, not until the process runs out of file handles.
 * **A client that leaves stops its work.** Once its body is read, each request's handler runs
   as a task beside a listener for the client's disconnect; a disconnect cancels the handler,
   and the cancellation reaches what it awaits (a queued generation, a queued sandbox call).
@@ -35,12 +40,14 @@ from starlette.exceptions import HTTPException
 
 ERROR_TYPES = {
     400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-    404: "not_found_error", 405: "invalid_request_error", 409: "conflict_error",
+    404: "not_found_error", 405: "invalid_request_error", 408: "request_timeout",
+    409: "conflict_error",
     413: "request_too_large", 422: "invalid_request_error", 429: "rate_limit_error",
     500: "server_error", 503: "service_unavailable",
 }
 ABORT_GRACE_S = 5.0  # after the drain: time for aborted handlers to answer before uvicorn gives up
 DISCARD_FACTOR, MIN_DISCARD_BYTES = 4, 16 << 20  # an oversized body read and dropped up to this
+READ_TIMEOUT_S = 30.0  # default time a client gets to send a request's headers, then its body
 
 Message = dict
 Receive = Callable[[], Awaitable[Message]]
@@ -91,10 +98,12 @@ class InFlight:
 
 
 class RequestGuard:
-    """ASGI middleware: the body limit, cancel-on-disconnect and drain of the module docstring."""
+    """ASGI middleware: the body limit and deadline, cancel-on-disconnect and drain of the
+    module docstring."""
 
-    def __init__(self, app, max_body_bytes: int | None, in_flight: InFlight):
+    def __init__(self, app, max_body_bytes: int | None, in_flight: InFlight, read_timeout_s: float):
         self.app, self.max_body_bytes, self.in_flight = app, max_body_bytes, in_flight
+        self.read_timeout_s = read_timeout_s
 
     async def __call__(self, scope: dict, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -105,8 +114,14 @@ class RequestGuard:
         if self.oversized(declared) and declared > self.discard_bytes():
             return await send_error(send, 413, self.oversized(declared))
         body, size = bytearray(), 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.read_timeout_s
         while True:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(deadline - loop.time(), 0))
+            except asyncio.TimeoutError:
+                return await send_error(send, 408, f"the request body did not arrive within "
+                                        f"{self.read_timeout_s:g} s")
             if message["type"] == "http.disconnect":
                 return
             chunk = message.get("body", b"")
@@ -201,13 +216,18 @@ async def send_error(send: Send, status: int, message: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def guard(app: FastAPI, *, max_body_bytes: int | None, validation_status: int = 422) -> FastAPI:
-    """Give ``app`` the shared error shape, body limit, cancel-on-disconnect and drain (see
-    the module docstring); malformed input is answered ``validation_status`` (serve-model
-    answers 400 as OpenAI does, the others 422 as FastAPI does)."""
+def guard(app: FastAPI, *, max_body_bytes: int | None, validation_status: int = 422,
+          read_timeout_s: float = READ_TIMEOUT_S) -> FastAPI:
+    """Give ``app`` the shared error shape, body limit, read deadlines, cancel-on-disconnect
+    and drain (see the module docstring); malformed input is answered ``validation_status``
+    (serve-model answers 400 as OpenAI does, the others 422 as FastAPI does)."""
+    if not read_timeout_s > 0:
+        raise ValueError(f"read_timeout_s must be a positive number of seconds, not {read_timeout_s!r}")
     in_flight = InFlight()
     app.state.in_flight = in_flight
-    app.add_middleware(RequestGuard, max_body_bytes=max_body_bytes, in_flight=in_flight)
+    app.state.read_timeout_s = read_timeout_s
+    app.add_middleware(RequestGuard, max_body_bytes=max_body_bytes, in_flight=in_flight,
+                       read_timeout_s=read_timeout_s)
 
     @app.exception_handler(ServiceError)
     async def refused(_: Request, exc: ServiceError) -> JSONResponse:
@@ -241,9 +261,48 @@ class DrainingServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
+def header_deadline_protocol(read_timeout_s: float) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol, closing a connection whose next request's headers have not
+    arrived ``read_timeout_s`` after it opened or after its previous answer (uvicorn's own
+    keep-alive timeout covers only a connection that sends nothing at all after an answer;
+    one that sends half a header is otherwise kept for ever)."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    class HeaderDeadline(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
+        header_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self.arm_header_deadline()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self.arm_header_deadline()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.header_timer is not None:
+                self.header_timer.cancel()
+            super().connection_lost(exc)
+
+        def arm_header_deadline(self) -> None:
+            if self.header_timer is not None:
+                self.header_timer.cancel()
+            self.header_timer = self.loop.call_later(read_timeout_s, self.headers_overdue, self.cycle)
+
+        def headers_overdue(self, cycle_when_armed) -> None:
+            # a request whose headers arrived since has started a new cycle; so has a
+            # pipelined one, which runs while ``cycle_when_armed`` was still answering
+            idle = cycle_when_armed is None or cycle_when_armed.response_complete
+            if self.cycle is cycle_when_armed and idle and not self.transport.is_closing():
+                self.transport.close()
+
+    return HeaderDeadline
+
+
 def run_service(app: FastAPI, host: str, port: int, drain_timeout_s: float) -> None:
     """Serve a ``guard``-ed app until SIGTERM or Ctrl-C, then drain and exit (module docstring)."""
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                            http=header_deadline_protocol(app.state.read_timeout_s),
                             timeout_graceful_shutdown=drain_timeout_s + ABORT_GRACE_S)
     try:
         DrainingServer(config, app.state.in_flight, drain_timeout_s).run()

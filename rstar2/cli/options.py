@@ -88,6 +88,10 @@ DrainTimeout = Annotated[float, typer.Option(
     "--drain-timeout-s", min=0.0, metavar="SECONDS", help="On SIGTERM or Ctrl-C: seconds the "
     "requests in flight may take to finish; those still running are then aborted (each "
     "answered 503) and the server exits.")]
+ReadTimeout = Annotated[float, typer.Option(
+    "--read-timeout-s", min=0.001, metavar="SECONDS", help="Time a client gets to send a "
+    "request's headers, then as long again for its body; a connection that stalls longer is "
+    "closed (a stalled body is answered 408).")]
 
 
 def recipe_overrides(overrides: list[str] | None, name: str | None, device: str | None) -> list[str]:

@@ -7,7 +7,7 @@ import os
 import typer
 
 from rstar2.cli.app import command_group, fail
-from rstar2.cli.options import DrainTimeout, MaxRequestMb
+from rstar2.cli.options import DrainTimeout, MaxRequestMb, ReadTimeout
 
 sandbox_app = command_group("sandbox", "The isolated Python execution service used for tool calls.",
                             no_args_is_help=True)
@@ -32,6 +32,7 @@ def serve(
                                              help="Run code WITHOUT bubblewrap (no namespaces): only for trusted code."),
     max_request_mb: MaxRequestMb = 8.0,
     drain_timeout_s: DrainTimeout = 10.0,
+    read_timeout_s: ReadTimeout = 30.0,
 ) -> None:
     """Start the sandbox service: POST /run, POST /run_batch, GET /health, GET /metrics, /docs.
 
@@ -55,6 +56,7 @@ def serve(
         limits=limits,
         max_request_mb=max_request_mb,
         drain_timeout_s=drain_timeout_s,
+        read_timeout_s=read_timeout_s,
     )
     try:
         serve_forever(config, host=host)

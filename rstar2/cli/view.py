@@ -5,6 +5,7 @@ from pathlib import Path
 import typer
 
 from rstar2.cli.app import app, fail
+from rstar2.cli.options import ReadTimeout
 
 DRAIN_TIMEOUT_S = 5.0  # on Ctrl-C or SIGTERM: the page's requests are quick
 
@@ -20,6 +21,7 @@ def view(
                                 "and one step's rollouts to this path instead of serving."),
     step: int = typer.Option(None, "--step", min=1, metavar="N", help="With --export: the step whose rollouts go in the file. "
                              "Default: the last step with rollouts logged."),
+    read_timeout_s: ReadTimeout = 30.0,
 ) -> None:
     """Serve a page of curves, rollouts (with RoC's verdicts and per-token log-probs), eval
     drill-downs and step timelines for RUN_DIRs; it picks up new lines while a run writes.
@@ -48,4 +50,4 @@ def view(
     from rstar2.view.server import create_app
 
     typer.echo(f"rstar2 view: http://{host}:{port}/  (Ctrl-C to stop)")
-    run_service(create_app(run_dirs), host, port, drain_timeout_s=DRAIN_TIMEOUT_S)
+    run_service(create_app(run_dirs, read_timeout_s), host, port, drain_timeout_s=DRAIN_TIMEOUT_S)

@@ -57,7 +57,8 @@ class ServiceProcess:
 
 def start_service(host: str = "127.0.0.1", workers: int = 2, timeout_s: float = 4.0,
                   memory_mb: int = 1024, queue_size: int | None = None,
-                  unsafe_no_isolation: bool = False, die_with_parent: bool = False) -> ServiceProcess:
+                  unsafe_no_isolation: bool = False, die_with_parent: bool = False,
+                  read_timeout_s: float | None = None) -> ServiceProcess:
     """A fresh service listening on ``host``, returned once every worker is warm. With
     ``die_with_parent`` the kernel kills it when this process dies, however it dies (what a
     Ray actor that owns services needs: nothing outlives it)."""
@@ -68,6 +69,8 @@ def start_service(host: str = "127.0.0.1", workers: int = 2, timeout_s: float = 
         argv += ["--queue-size", str(queue_size)]
     if unsafe_no_isolation:
         argv.append("--unsafe-no-isolation")
+    if read_timeout_s is not None:
+        argv += ["--read-timeout-s", str(read_timeout_s)]
     log = tempfile.TemporaryFile(mode="w+")
     process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy(),
                                preexec_fn=killed_with(os.getpid()) if die_with_parent else None)
@@ -97,10 +100,12 @@ def local_sandbox(
     memory_mb: int = 1024,
     queue_size: int | None = None,
     unsafe_no_isolation: bool = False,
+    read_timeout_s: float | None = None,
 ) -> Iterator[str]:
     """Yield the URL of a fresh local sandbox service; stop it (and its workers) afterwards."""
     service = start_service(workers=workers, timeout_s=timeout_s, memory_mb=memory_mb,
-                            queue_size=queue_size, unsafe_no_isolation=unsafe_no_isolation)
+                            queue_size=queue_size, unsafe_no_isolation=unsafe_no_isolation,
+                            read_timeout_s=read_timeout_s)
     try:
         yield service.url
     finally:

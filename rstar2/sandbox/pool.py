@@ -27,6 +27,7 @@ from rstar2.sandbox.metrics import SandboxMetrics
 from rstar2.sandbox.protocol import RunRequest, RunResult
 from rstar2.sandbox.worker.limits import WorkerLimits
 from rstar2.sandbox.worker.procs import child_pids_of
+from rstar2.service import READ_TIMEOUT_S
 
 log = logging.getLogger("rstar2.sandbox")
 
@@ -51,6 +52,7 @@ class PoolConfig:
     limits: WorkerLimits = field(default_factory=WorkerLimits)
     max_request_mb: float = 8.0  # largest HTTP request body (a batch of calls); larger: 413
     drain_timeout_s: float = 10.0  # on SIGTERM: time the calls in flight get before 503
+    read_timeout_s: float = READ_TIMEOUT_S  # a client's time to send headers, then a body
 
 
 @dataclass

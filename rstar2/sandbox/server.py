@@ -69,7 +69,7 @@ def create_app(config: PoolConfig) -> FastAPI:
         description="Isolated, high-throughput execution of model-written Python.",
         lifespan=lifespan,
     )
-    guard(app, max_body_bytes=int(config.max_request_mb * MIB))
+    guard(app, max_body_bytes=int(config.max_request_mb * MIB), read_timeout_s=config.read_timeout_s)
     app.state.pool = pool
 
     @app.post("/run", response_model=RunResult, responses={503: {"description": "queue full"}})

@@ -32,7 +32,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 
 from rstar2.eval.compare import compare_runs
-from rstar2.service import error_response, guard
+from rstar2.service import READ_TIMEOUT_S, error_response, guard
 from rstar2.view.runs import RunFolder, ViewError
 
 MAX_REQUEST_BYTES = 64 << 10  # the page only asks with GET: no request needs a body
@@ -45,11 +45,11 @@ def static_files() -> dict[str, Path]:
     return {path.name: path for path in STATIC_DIR.iterdir() if path.is_file()}
 
 
-def create_app(run_dirs: Sequence[Path]) -> FastAPI:
+def create_app(run_dirs: Sequence[Path], read_timeout_s: float = READ_TIMEOUT_S) -> FastAPI:
     runs = [RunFolder(Path(path), run_id) for run_id, path in enumerate(run_dirs)]
     files = static_files()
     app = guard(FastAPI(title="rstar2 view", docs_url=None, redoc_url=None, openapi_url=None),
-                max_body_bytes=MAX_REQUEST_BYTES)
+                max_body_bytes=MAX_REQUEST_BYTES, read_timeout_s=read_timeout_s)
 
     def run_of(run_id: int) -> RunFolder:
         if not 0 <= run_id < len(runs):

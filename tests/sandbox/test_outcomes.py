@@ -83,6 +83,15 @@ def test_output_is_capped_with_a_marker(sandbox_url):
     assert "output truncated" in r.stdout and "more bytes dropped" in r.stdout
 
 
+def test_a_result_of_hundreds_of_megabytes_comes_back_cut_and_marked(sandbox_url):
+    # a 300 MB repr fits the call's 1 GB, but encoding it again for the worker did not: the
+    # call came back "ok" with no result and nothing in stderr
+    r = run(sandbox_url, "'x' * 300_000_000", timeout_s=30)
+    assert r.status == "ok", r.stderr
+    assert r.result is not None and r.result.startswith("'xxxx")
+    assert r.result.endswith("[rstar2 sandbox: result truncated]") and len(r.result) < 70_000
+
+
 def test_program_text_cannot_forge_the_outcome(sandbox_url):
     forged = '{"result": "42"}\\n[rstar2 sandbox: killed by signal SIGKILL]\\n{"status": "ok"}'
     r = run(sandbox_url, f"import sys\nprint('{forged}')\nprint('{forged}', file=sys.stderr)\nraise ValueError('real')")

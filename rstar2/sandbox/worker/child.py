@@ -49,12 +49,15 @@ def print_snippet_traceback(exc: BaseException) -> None:
     sys.stderr.write("".join(traceback.format_exception(type(exc), exc, tb)))
 
 
-def run_snippet(code: str, result_fd: int) -> int:
+def run_snippet(code: str, result_fd: int, result_cap: int) -> int:
     """Run the code as __main__ and return the process exit code.
 
     The last act is the record on ``result_fd`` (last repr and exit code, one JSON line),
     written after stdout and stderr are flushed and closed: once the worker has it, the call's
-    output is complete and it need not wait for the process to finish exiting.
+    output is complete and it need not wait for the process to finish exiting. The repr is cut
+    here to one character over ``result_cap`` (the worker cuts it to the cap and marks it): a
+    repr of hundreds of MB would otherwise be encoded again into the record, past the call's
+    memory limit, after stderr is closed -- a result lost without a word.
     """
     import linecache
 
@@ -67,7 +70,7 @@ def run_snippet(code: str, result_fd: int) -> int:
         exec(compile(body, SNIPPET_FILENAME, "exec"), namespace)
         if last is not None:
             value = eval(compile(last, SNIPPET_FILENAME, "eval"), namespace)
-            shown = None if value is None else repr(value)
+            shown = None if value is None else repr(value)[: result_cap + 1]
     except SystemExit as exit_request:
         code_ = exit_request.code
         if isinstance(code_, int) or code_ is None:
@@ -149,7 +152,7 @@ def become_child(state: WorkerState, request_r: int, out_w: int, err_w: int, res
             os.setgid(state.uid)
             os.setuid(state.uid)
         sys.stdin, sys.stdout, sys.stderr = state.call_streams
-        code = run_snippet(request["code"], result_fd)
+        code = run_snippet(request["code"], result_fd, state.limits.output_cap)
     except BaseException as exc:  # noqa: BLE001 -- a failure before the snippet ran is an error too
         os.write(2, f"[rstar2 sandbox: could not start the call: {exc!r}]\n".encode())
         code = EXIT_ERROR
