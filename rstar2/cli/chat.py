@@ -17,8 +17,8 @@ from rich.text import Text
 
 from rstar2.cli.app import app, fail
 from rstar2.cli.options import (DEFAULT_DTYPE, DEFAULT_ENGINE, DEFAULT_MODEL, AnswerTag, BaseUrl, Device,
-                                 DrainTimeout, Dtype, Engine, MaxRequestMb, Model, PromptVariant, SandboxUrls,
-                                 Tokenizer, announce_device, trained_card)
+                                 DrainTimeout, Dtype, Engine, MaxRequestMb, Model, PromptVariant, ReadTimeout,
+                                 SandboxUrls, Tokenizer, announce_device, trained_card)
 
 console = Console()
 SPECIAL_TOKEN = re.compile(r"<\|[^|<>\s]+\|>")  # ChatML's <|im_end|> and the like
@@ -200,11 +200,19 @@ def serve_model(
     max_inflight_tokens: int = typer.Option(None, "--max-inflight-tokens", min=1, metavar="N", help=(
         "Most tokens all requests in flight may ask for; past it a request is answered 429. "
         "Default: 16 x the KV capacity.")),
+    max_request_share: int = typer.Option(None, "--max-request-share", min=1, metavar="N", help=(
+        "Most sequences of one request in the engine at once; the rest wait their turn, so one "
+        "request never takes every decode row. Default: half of --max-batch-size.")),
+    max_request_kv_tokens: int = typer.Option(None, "--max-request-kv-tokens", min=1, help=(
+        "Most KV tokens one request's sequences may hold in the engine at once; a request with "
+        "one sequence (prompt + max_tokens) over it is answered 400. Default: half the KV "
+        "capacity, at least the context."), metavar="N"),
     max_prompt_bytes: int = typer.Option(None, "--max-prompt-bytes", min=1, metavar="N", help=(
         "Longest text prompt, UTF-8 bytes, checked before tokenising. Default: the context x "
         "the longest token's bytes.")),
     max_request_mb: MaxRequestMb = 32.0,
     drain_timeout_s: DrainTimeout = 30.0,
+    read_timeout_s: ReadTimeout = 30.0,
     weights_dir: Path = typer.Option(None, "--weights-dir", metavar="DIR", help=(
         "Allow POST /update_weights_from_disk for folders under DIR (off by default); needs "
         "--weights-token.")),
@@ -220,7 +228,8 @@ def serve_model(
     have servers of their own, which --engine openai clients use the same way).
 
     Requests over the limits are refused before any work (400; 429 while the server is full);
-    a request whose client disconnects stops generating."""
+    a request's sequences enter the engine in turns (--max-request-share), so a big request
+    cannot hold up a small one; a request whose client disconnects stops generating."""
     from rstar2.engines.admission import ServeLimits
     from rstar2.engines.disk_weights import WeightUpdates
     from rstar2.engines.hf import HFEngine, HFEngineConfig
@@ -238,6 +247,8 @@ def serve_model(
         limits = ServeLimits(max_n=max_n, max_completion_tokens=max_completion_tokens,
                              max_request_tokens=max_request_tokens,
                              max_inflight_tokens=max_inflight_tokens,
+                             max_request_share=max_request_share,
+                             max_request_kv_tokens=max_request_kv_tokens,
                              max_prompt_bytes=max_prompt_bytes, max_request_mb=max_request_mb)
         weights = WeightUpdates(directory=weights_dir, token=weights_token)
         config = HFEngineConfig(model=model, dtype=dtype, max_batch_size=max_batch_size,
@@ -247,7 +258,7 @@ def serve_model(
     except ValueError as exc:
         fail(exc)
     app = create_app(served, name or model, card.model_dump(mode="json") if card else None,
-                     limits, weights)
+                     limits, weights, read_timeout_s)
     console.print(f"serving {model!r} at http://{host}:{port}/v1")
     run_service(app, host, port, drain_timeout_s)
     served.shutdown()

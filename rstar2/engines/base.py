@@ -26,11 +26,32 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import Annotated, Any, Literal, Protocol, TypeVar, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic_core import PydanticCustomError
 
 FinishReason = Literal["stop", "length", "abort", "error", "repetition"]
+
+SMALLEST_SAMPLED = 2.0**-126
+"""The smallest positive temperature or top-p a request may ask for: the smallest normal float32
+(``torch.finfo(torch.float32).tiny``). Samplers compute in float32, where a smaller positive
+value is zero or a subnormal that GPUs flush to zero: a temperature to divide by, a top-p whose
+nucleus would hold nothing."""
+
+
+def sampler_float(value: float) -> float:
+    """``value`` unless it is positive and below ``SMALLEST_SAMPLED`` (refused: the sampler would
+    see zero). The message names the bound, not the value, as every validation message does."""
+    if 0.0 < value < SMALLEST_SAMPLED:
+        raise PydanticCustomError(
+            "float32_underflow", "Input should be at least {smallest} where positive: the sampler "
+            "computes in float32, where a smaller value is zero", {"smallest": SMALLEST_SAMPLED})
+    return value
+
+
+SamplerFloat = Annotated[float, AfterValidator(sampler_float)]
+"""A temperature or top-p: 0 or a float32 the sampler can use (``sampler_float``)."""
 
 
 class SamplingParams(BaseModel):
@@ -38,8 +59,10 @@ class SamplingParams(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    temperature: float = Field(1.0, ge=0.0, description="Softmax temperature; 0 means greedy.")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass (1 = off).")
+    temperature: SamplerFloat = Field(1.0, ge=0.0, description="Softmax temperature; 0 means "
+                                      "greedy, else at least SMALLEST_SAMPLED.")
+    top_p: SamplerFloat = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass (1 = "
+                                "off), at least SMALLEST_SAMPLED.")
     max_tokens: int = Field(256, ge=1, description="Most new tokens to generate.")
     stop_token_ids: tuple[int, ...] | None = Field(
         None,

@@ -2,6 +2,9 @@
 
 Returns the token and its log-prob under ``softmax(logits / temperature)`` (before top-p
 truncation; plain ``softmax(logits)`` for greedy rows), the convention of ``engines.base``.
+Every row keeps at least its most likely token, whatever its temperature (down to
+``engines.base.SMALLEST_SAMPLED``) and top-p, so a vanishing one samples greedily rather than
+from an empty or non-finite distribution.
 
 The per-row settings arrive as host floats, so which branches run (all greedy? any nucleus?)
 is decided on the host: on a GPU nothing here waits for the device, and the caller's one
@@ -57,7 +60,10 @@ def sample_tokens(
     greedy_rows = [t == 0 for t in temperature]
     scale = host_to_device([1.0 if g else t for g, t in zip(greedy_rows, temperature)],
                            torch.float32, logits.device)
-    logprobs = torch.log_softmax(logits / scale[:, None], dim=-1)
+    # shifted so that the largest logit is 0: dividing by a tiny temperature then gives 0 or
+    # large negatives, never an overflow to +inf that log_softmax would turn into NaN
+    shifted = logits - logits.amax(dim=-1, keepdim=True)
+    logprobs = torch.log_softmax(shifted.div_(scale[:, None]), dim=-1)
     if all(greedy_rows):
         ids = logprobs.argmax(dim=-1)
     else:
@@ -99,8 +105,11 @@ def inverse_cdf_draw(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 def nucleus(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """Zero all but the smallest set of most likely tokens whose mass reaches ``top_p``
-    (per row; the most likely token always stays)."""
+    (per row). The most likely token always stays, even for a ``top_p`` of 0 (a float64 top-p
+    below float32's range arrives as 0): a row left with no mass would draw the last id."""
     sorted_probs, order = probs.sort(dim=-1, descending=True)
     mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
-    sorted_probs = sorted_probs.masked_fill(mass_before >= top_p[:, None], 0.0)
+    dropped = mass_before >= top_p[:, None]
+    dropped[:, 0] = False
+    sorted_probs = sorted_probs.masked_fill(dropped, 0.0)
     return torch.zeros_like(probs).scatter_(1, order, sorted_probs)

@@ -24,8 +24,10 @@ Log-probs follow ``engines.base`` (temperature-scaled distribution).
 
 Hardened as ``rstar2.service`` describes (one error shape, a body limit, work cancelled when
 its client leaves, a bounded drain at shutdown), with the request limits of
-``engines.admission`` (400/429 before any work). Text prompts are tokenised in a thread, so a
-long one never stalls ``/health`` or ``/metrics``.
+``engines.admission`` (400/429 before any work) and its fair sharing of the engine (a request's
+sequences enter the engine in turns, so no request takes every decode row; those waiting their
+turn count as waiting at ``/metrics``). Text prompts are tokenised in a thread, so a long one
+never stalls ``/health`` or ``/metrics``.
 """
 
 from __future__ import annotations
@@ -40,11 +42,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from pydantic import BaseModel, ConfigDict, Field
 
-from rstar2.engines.admission import Admission, Limits, ServeLimits
-from rstar2.engines.base import Completion, SamplingParams
+from rstar2.engines.admission import Admission, FairShare, Limits, ServeLimits
+from rstar2.engines.base import Completion, SamplerFloat, SamplingParams
 from rstar2.engines.disk_weights import WeightUpdates, check_matches, read_weights
 from rstar2.engines.hf import HFEngine
-from rstar2.service import ServiceError, guard
+from rstar2.service import READ_TIMEOUT_S, ServiceError, guard
 
 MIB = 1 << 20
 
@@ -58,8 +60,8 @@ class CompletionRequest(BaseModel):
     prompt: str | list[str] | list[int] | list[list[int]] = Field(
         description="Text, token ids, or a batch of either.")
     max_tokens: int = Field(16, ge=1)
-    temperature: float = Field(1.0, ge=0.0, allow_inf_nan=False)
-    top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False)
+    temperature: SamplerFloat = Field(1.0, ge=0.0, allow_inf_nan=False)
+    top_p: SamplerFloat = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False)
     n: int = Field(1, ge=1)
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
@@ -78,10 +80,12 @@ class WeightsRequest(BaseModel):
 
 
 class LoadCollector:
-    """The engine's ``load()`` as vLLM's Prometheus metrics, read at every scrape."""
+    """The engine's ``load()`` as vLLM's Prometheus metrics, read at every scrape; the
+    sequences ``share`` holds back for their turn count as waiting, as they would in vLLM's
+    queue."""
 
-    def __init__(self, engine: HFEngine, model_name: str):
-        self.engine, self.model_name = engine, model_name
+    def __init__(self, engine: HFEngine, model_name: str, share: FairShare):
+        self.engine, self.model_name, self.share = engine, model_name, share
 
     def collect(self):
         load = self.engine.load()
@@ -94,7 +98,8 @@ class LoadCollector:
 
         usage = load.kv_used_tokens / load.kv_capacity_tokens if load.kv_capacity_tokens else 0.0
         yield gauge("vllm:num_requests_running", "Requests in the decode batch.", load.running)
-        yield gauge("vllm:num_requests_waiting", "Requests waiting to be admitted.", load.waiting)
+        yield gauge("vllm:num_requests_waiting", "Requests waiting to be admitted.",
+                    load.waiting + self.share.held)
         yield gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage)
         preemptions = CounterMetricFamily("vllm:num_preemptions", "Cumulative preemptions.",
                                           labels=list(labels))
@@ -119,16 +124,20 @@ class LoadCollector:
 
 
 def create_app(engine: HFEngine, model_name: str, card: dict | None = None,
-               limits: ServeLimits | None = None, weights: WeightUpdates | None = None) -> FastAPI:
+               limits: ServeLimits | None = None, weights: WeightUpdates | None = None,
+               read_timeout_s: float = READ_TIMEOUT_S) -> FastAPI:
     """The HTTP app serving ``engine`` under the name ``model_name``; ``card`` (the model's
     ``rstar2.json``, how it was trained to be prompted) goes into its ``/v1/models`` entry.
     ``limits``: what requests may ask (default: sized to the engine); ``weights``: whether and
-    from where ``/update_weights_from_disk`` loads (default: off)."""
+    from where ``/update_weights_from_disk`` loads (default: off); ``read_timeout_s``: how long
+    a client may take to send a request's headers, then its body (``rstar2.service``)."""
     limits = limits or ServeLimits()
     weights = weights or WeightUpdates()
     admission = Admission(Limits.sized(limits, engine))
+    share = FairShare(engine, admission.limits)
     app = guard(FastAPI(title="rstar2 model server"),
-                max_body_bytes=int(limits.max_request_mb * MIB), validation_status=400)
+                max_body_bytes=int(limits.max_request_mb * MIB), validation_status=400,
+                read_timeout_s=read_timeout_s)
     tokenizer = engine.tokenizer
 
     @app.get("/health")
@@ -143,7 +152,7 @@ def create_app(engine: HFEngine, model_name: str, card: dict | None = None,
     @app.get("/metrics")
     async def metrics() -> Response:
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(LoadCollector(engine, model_name))
+        registry.register(LoadCollector(engine, model_name, share))
         return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
 
     @app.post("/update_weights_from_disk")
@@ -152,6 +161,8 @@ def create_app(engine: HFEngine, model_name: str, card: dict | None = None,
         weights.authorize(authorization)
         state = await asyncio.to_thread(read_weights, weights.folder(body.model_path))
         check_matches(engine.model, state)
+        if share.busy:  # between two turns of a request the engine itself may be idle
+            raise ServiceError("cannot load weights now: requests are in flight", 409)
         try:
             await engine.update_weights(state)
         except RuntimeError as exc:  # requests in flight
@@ -172,7 +183,7 @@ def create_app(engine: HFEngine, model_name: str, card: dict | None = None,
         with admission.reserved(admission.cost(prompts, body.n, body.max_tokens)):
             copies = [p for p in prompts for _ in range(body.n)]
             try:
-                outputs = await engine.generate(copies, sampling_params(body))
+                outputs = await share.generate(copies, sampling_params(body))
             except ValueError as exc:
                 raise ServiceError(str(exc)) from exc
         choices = [choice(i, out, copies[i], body, tokenizer) for i, out in enumerate(outputs)]

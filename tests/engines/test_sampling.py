@@ -1,7 +1,10 @@
 """Per-row sampling: greedy rows, temperature, nucleus truncation, and the log-prob convention."""
 
+import pytest
 import torch
+from pydantic import ValidationError
 
+from rstar2.engines.base import SMALLEST_SAMPLED, SamplingParams
 from rstar2.engines.sampling import derive_seed, nucleus, request_uniform, sample_tokens
 
 
@@ -44,6 +47,30 @@ def test_top_p_never_samples_outside_the_nucleus():
     ids, _ = sample_tokens(logits, [1.0] * 2000, [0.6] * 2000,
                            torch.Generator().manual_seed(3))
     assert set(ids.tolist()) <= {0, 1}
+
+
+def test_a_vanishing_top_p_keeps_the_most_likely_token():
+    logits = torch.tensor([[0.5, 2.0, -1.0, 1.9], [3.0, -2.0, 0.0, 2.5]])
+    kept = nucleus(logits.softmax(-1), torch.tensor([0.0, SMALLEST_SAMPLED]))
+    assert (kept > 0).tolist() == [[False, True, False, False], [True, False, False, False]]
+    # 1e-300 reaches the sampler as a float32 zero: greedy, not the last id of an empty nucleus
+    ids, _ = sample_tokens(logits, [1.0, 1.0], [1e-300, SMALLEST_SAMPLED], torch.Generator().manual_seed(0))
+    assert ids.tolist() == [1, 0]
+
+
+def test_the_smallest_temperature_samples_the_argmax_with_finite_log_probs():
+    logits = torch.tensor([[30.0, 29.5, -40.0], [-5.0, 60.0, 59.0]])  # /2**-126 overflows float32
+    ids, logprobs = sample_tokens(logits, [SMALLEST_SAMPLED] * 2, [1.0, 0.5],
+                                  torch.Generator().manual_seed(0))
+    assert ids.tolist() == [0, 1] and logprobs.tolist() == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("field", ["temperature", "top_p"])
+def test_sampling_params_refuse_a_positive_value_float32_cannot_hold(field):
+    with pytest.raises(ValidationError, match=f"at least {SMALLEST_SAMPLED} where positive"):
+        SamplingParams(**{field: 1e-300})
+    assert getattr(SamplingParams(**{field: SMALLEST_SAMPLED}), field) == SMALLEST_SAMPLED
+    assert SamplingParams(temperature=0.0).greedy
 
 
 def test_request_uniforms_are_uniform_positional_and_distinct_per_seed():

@@ -1,13 +1,16 @@
-"""``rstar2 serve-model`` under abuse, as its own process with the real model: requests over its
-limits are refused before any work, a request whose client leaves stops decoding, long text is
-tokenised off the event loop, weight updates are guarded, and SIGTERM answers every client and
-exits within its bound."""
+"""``rstar2 serve-model`` under abuse, as its own process with the real model (or the tiny
+one): requests over its limits are refused before any work, a request whose client leaves
+stops decoding, the largest request leaves decode rows to the others, sampling settings the
+float32 sampler cannot hold are refused, long text is tokenised off the event loop, weight
+updates are guarded, and SIGTERM answers every client and exits within its bound."""
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -20,6 +23,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from rstar2.engines.admission import FairShare, Limits
+from rstar2.engines.base import SMALLEST_SAMPLED, Completion, SamplingParams
 from rstar2.engines.fleet.members import parse_vllm_metrics
 from tests.engines.serving import serve_model_process
 from tests.errors import announced_only, error_message, post_json
@@ -42,6 +47,15 @@ def weights_dir(tmp_path_factory):
 def server(weights_dir):
     """serve-model with small, explicit limits and weight updates allowed under ``weights_dir``."""
     with serve_model_process(*LIMITS, "--weights-dir", str(weights_dir), "--weights-token", TOKEN) as (_, url):
+        yield url
+
+
+@pytest.fixture(scope="module")
+def tiny_server(tiny_models):
+    """serve-model on the tiny Llama (SmolLM2's tokenizer, a 4096-token context) with 4 decode
+    rows, so a request's share is 2 of them, and 3000 KV tokens one request may hold at once."""
+    with serve_model_process("--model", str(tiny_models["llama"]), "--max-batch-size", "4",
+                             "--max-request-kv-tokens", "3000", "--dtype", "float32") as (_, url):
         yield url
 
 
@@ -90,6 +104,137 @@ def test_a_client_that_leaves_stops_its_generation_and_frees_its_room(server):
     wait_until(lambda: load(server).running == 0, 15, "decoding stopped after the client left")
     # its 2010 tokens are free again: 1501 more fit (they would not beside it)
     assert complete(server, prompt=[7] * 1500, max_tokens=1).status_code == 200
+
+
+def send_request(client: socket.socket, fields: dict) -> None:
+    """A completions request on a raw connection, so the test can leave without its answer."""
+    body = json.dumps({"prompt": PROMPT, **fields}).encode()
+    client.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+
+
+def answered(client: socket.socket) -> bool:
+    return bool(select.select([client], [], [], 0)[0])
+
+
+def test_a_small_request_is_answered_while_the_largest_one_decodes(tiny_server):
+    with socket.create_connection(("127.0.0.1", urlsplit(tiny_server).port)) as big:
+        send_request(big, {"n": 16, "max_tokens": 1000, **ENDLESS})  # 16,000 tokens to decode
+        wait_until(lambda: load(tiny_server).running >= 2, 60, "the big request decoding")
+        busy = load(tiny_server)
+        assert (busy.running, busy.waiting) == (2, 14)  # its share of the 4 rows; the rest wait
+        small = complete(tiny_server, max_tokens=4, return_token_ids=True, **ENDLESS)
+        assert len(small.json()["choices"][0]["token_ids"]) == 4
+        assert not answered(big)  # answered while the big one still decodes its first turn
+    # its client gone, the big request's sequences in the engine stop and the others never start
+    wait_until(lambda: (load(tiny_server).running, load(tiny_server).waiting) == (0, 0), 30,
+               "the big request dropped")
+
+
+def test_a_request_holds_at_most_its_kv_share_and_one_sequence_over_it_is_refused(tiny_server):
+    with socket.create_connection(("127.0.0.1", urlsplit(tiny_server).port)) as client:
+        send_request(client, {"n": 3, "max_tokens": 1990, **ENDLESS})  # 2000 KV tokens each
+        wait_until(lambda: load(tiny_server).running >= 1, 60, "the request decoding")
+        held = load(tiny_server)
+        assert (held.running, held.waiting) == (1, 2)  # a second would hold 4000 > 3000
+    message = error_message(complete(tiny_server, max_tokens=2991), 400)
+    assert message == ("a sequence of the request may hold 3001 tokens (prompt + max_tokens), "
+                       "over this server's limit of 3000 tokens one request may hold at once")
+    text = error_message(complete(tiny_server, prompt="hi", max_tokens=3000), 400)
+    assert "may hold at least 3001 tokens" in text  # refused before tokenising
+    assert "n=33 is over this server's limit of 32" in error_message(complete(tiny_server, n=33), 400)
+    wait_until(lambda: (load(tiny_server).running, load(tiny_server).waiting) == (0, 0), 30,
+               "the request dropped")
+
+
+def sampled_ids(url: str, **sampling) -> list[int]:
+    reply = complete(url, max_tokens=8, return_token_ids=True, **ENDLESS, **sampling)
+    return reply.json()["choices"][0]["token_ids"]
+
+
+@pytest.mark.parametrize("sampling", [{"top_p": SMALLEST_SAMPLED}, {"temperature": SMALLEST_SAMPLED},
+                                      {"temperature": 0, "top_p": 1.0}], ids=str)
+def test_the_smallest_top_p_or_temperature_accepted_samples_the_argmax(tiny_server, sampling):
+    assert sampled_ids(tiny_server, **sampling) == sampled_ids(tiny_server, temperature=0)
+
+
+@pytest.mark.parametrize("field", ["top_p", "temperature"])
+def test_a_top_p_or_temperature_below_float32_is_refused(tiny_server, field):
+    message = error_message(post_json(f"{tiny_server}/v1/completions",
+                                      {"prompt": PROMPT, field: 1e-300}), 400)
+    assert message == (f"{field}: Input should be at least {SMALLEST_SAMPLED} where positive: "
+                       "the sampler computes in float32, where a smaller value is zero")
+
+
+class TurnsEngine:
+    """The engine as ``FairShare`` sees it: four decode rows, and each sequence handed over kept
+    with its future, for the test to finish when it chooses."""
+
+    class config:
+        max_batch_size = 4
+
+    def __init__(self):
+        self.handed: list[tuple[list[int], concurrent.futures.Future]] = []
+
+    def checked(self, prompt):
+        return prompt
+
+    def submit(self, prompts, params):
+        self.handed += [(prompt, concurrent.futures.Future()) for prompt in prompts]
+        return [future for _, future in self.handed[-len(prompts):]]
+
+    def prompts(self) -> list[int]:
+        return [prompt[0] for prompt, _ in self.handed]
+
+    async def finish(self, *indices: int) -> None:
+        """Complete the sequences handed over at ``indices`` (their prompt as their tokens), one
+        by one, each taken back by the event loop before the next."""
+        for index in indices:
+            prompt, future = self.handed[index]
+            future.set_result(Completion(token_ids=prompt, logprobs=[0.0], finish_reason="stop"))
+            await settled()
+
+
+async def settled() -> None:
+    """Let the event loop run what a future's completion scheduled: a concurrent future's
+    result reaches its asyncio wrapper, and then the wrapper's callbacks, in one pass each."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_fair_share_hands_a_request_over_in_turns_keeps_its_order_and_drops_it_when_cancelled():
+    async def scenario():
+        engine = TurnsEngine()
+        limits = Limits(max_n=8, max_completion_tokens=100, max_request_tokens=10_000,
+                        max_inflight_tokens=10_000, max_request_share=2, max_request_kv_tokens=1000,
+                        max_prompt_bytes=100, context=1000)
+        share = FairShare(engine, limits)
+        params = SamplingParams(max_tokens=10)
+        big = asyncio.ensure_future(share.generate([[i] for i in range(6)], params))
+        await asyncio.sleep(0)
+        assert engine.prompts() == [0, 1] and share.held == 4  # its share of the four rows
+        small = asyncio.ensure_future(share.generate([[100]], params))
+        await asyncio.sleep(0)
+        assert engine.prompts() == [0, 1, 100]  # a free row at once, not the end of a queue
+        await engine.finish(2)
+        assert [c.token_ids for c in small.result()] == [[100]] and not big.done()
+        await engine.finish(1, 0)  # out of order: each frees a row for the next turn
+        assert engine.prompts() == [0, 1, 100, 2, 3]
+        await engine.finish(3, 4)
+        assert engine.prompts() == [0, 1, 100, 2, 3, 4, 5]
+        big.cancel()  # its client left
+        await asyncio.gather(big, return_exceptions=True)
+        await settled()
+        assert [future.cancelled() for _, future in engine.handed[5:]] == [True, True]
+        assert not share.busy and share.held == 0
+
+        whole = asyncio.ensure_future(share.generate([[7], [8], [9]], params))
+        await asyncio.sleep(0)
+        await engine.finish(8, 7, 9)  # last first; the third is handed over when one ends
+        assert [c.token_ids for c in whole.result()] == [[7], [8], [9]]  # in prompt order
+        assert not share.busy
+
+    asyncio.run(scenario())
 
 
 def test_long_text_is_tokenised_off_the_event_loop(server):
