@@ -33,7 +33,7 @@ from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.agent.toolcall import ParseError, ToolCall, clip_tokens, parse_tool_calls
 from rstar2.agent.tools import CodeRunner, PythonTool, ToolContext, ToolSet, ToolSpec, open_tools
 from rstar2.agent.trajectory import ToolCallRecord, Trajectory, Turn, last_answer
-from rstar2.engines.base import Engine, SamplingParams, run_trajectory
+from rstar2.engines.base import Engine, SamplerFloat, SamplingParams, run_trajectory
 from rstar2.engines.sampling import derive_seed
 from rstar2.section import Section
 
@@ -46,9 +46,9 @@ class RolloutConfig(Section):
     """The agent's prompt (``rstar2.agent.prompt``): ``variant`` 'rstar2' (the paper's), 'short'
     (the same tags and tool in a few lines, the CPU demo's) or 'no_tools', and the tool's
     ``tool_name``. A bare variant (``prompt: short``) is read as ``{variant: short}``."""
-    temperature: float = Field(1.0, ge=0.0)
+    temperature: SamplerFloat = Field(1.0, ge=0.0)
     """Sampling temperature (paper: 1.0 in training; 0 is greedy, for evaluation only)."""
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_p: SamplerFloat = Field(1.0, gt=0.0, le=1.0)
     """Nucleus sampling mass (1 = off; the paper does not state one)."""
     max_response_tokens: int = Field(8192, ge=1)
     """Budget of all tokens after the prompt, tool responses included (paper: 8192 in stage 1,

@@ -35,6 +35,7 @@ from rstar2.agent.prompt import DEFAULT_TOOL_NAME
 from rstar2.agent.tools import ToolSpec
 from rstar2.data.benchmarks import Benchmark
 from rstar2.data.problems import Problem
+from rstar2.engines.base import SamplerFloat
 from rstar2.engines.device import DEVICE_HELP, DeviceSetting
 from rstar2.engines.factory import EngineKind
 from rstar2.eval.progress import RunProgress
@@ -67,8 +68,8 @@ class EvalSettings(BaseModel):
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "bfloat16", description="Weights dtype of an in-process model (--engine hf or vllm).")
     n: int = Field(16, ge=1, description="Samples per problem.")
-    temperature: float = Field(0.6, ge=0.0, description="Sampling temperature.")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    temperature: SamplerFloat = Field(0.6, ge=0.0, description="Sampling temperature.")
+    top_p: SamplerFloat = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
     max_tokens: int = Field(30000, ge=1, description="Token budget of a whole response (all turns).")
     max_turns: int = Field(30, ge=1, description="Assistant turns per rollout.")
     tools: bool = Field(True, description="Offer the Python tool (the paper's prompt) or not.")

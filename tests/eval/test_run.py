@@ -15,7 +15,9 @@ import sys
 import time
 
 import pytest
+from pydantic import ValidationError
 
+from rstar2.agent.rollout import RolloutConfig
 from rstar2.agent.tools import ToolSpec
 from rstar2.data.benchmarks import PACKAGED_DATA_DIR
 from rstar2.eval.runner import EvalSettings, RunConflict, check_output_dir
@@ -146,3 +148,14 @@ def test_eval_against_an_openai_compatible_server(tmp_path, served_model, sandbo
     assert results["run"]["engine"] == "openai" and results["benchmarks"]["gsm8k"]["samples"] == 4
     assert all(0 < r["response_tokens"] <= 64 and r["response"] for r in sample_lines(out))
     assert (out / "results.md").read_text().count("| gsm8k | 2 | 2 |") == 1
+
+
+@pytest.mark.parametrize("field", ["temperature", "top_p"])
+def test_a_sampling_value_float32_cannot_hold_is_refused_when_the_settings_load(field):
+    # the sampler computes in float32: 1e-300 would be zero there, and a rollout would only
+    # fail (or sample garbage) once the engine is asked
+    with pytest.raises(ValidationError, match="float32"):
+        EvalSettings(benchmarks=["gsm8k"], **{field: 1e-300})
+    with pytest.raises(ValidationError, match="float32"):
+        RolloutConfig(**{field: 1e-300})
+    assert getattr(EvalSettings(benchmarks=["gsm8k"], **{field: 2.0**-126}), field) == 2.0**-126
