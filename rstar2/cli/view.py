@@ -27,7 +27,7 @@ def view(
     drill-downs and step timelines for RUN_DIRs; it picks up new lines while a run writes.
 
     Reads only the run folders given (plus an index it caches in each, under .view-index/);
-    files that point outside a run folder are left out with a warning. GET /health answers
+    links inside a run folder are not followed (left out with a warning). GET /health answers
     while it serves.
     """
     from rstar2.view.runs import ViewError

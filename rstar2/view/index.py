@@ -1,26 +1,31 @@
 """A byte-offset index of one JSONL file, so the viewer reads any line without the whole file.
 
-    index = LineIndex(path, cache_path, summarize)
+    index = LineIndex(folder, "metrics.jsonl", ".view-index/metrics.json", summarize)
     index.refresh()                 # picks up lines appended since the last call
     index.count, index.summaries    # one small dict per complete line
     index.row(i)                    # line i, parsed: one seek and one read
 
 Contract:
 
+* the file and its cache are opened only through ``folder`` (a ``ConfinedFolder``: relative to
+  the run folder's descriptor, refusing links), every time: a name swapped for a link between
+  two reads is refused, not followed;
 * only complete lines (ending in a newline) are indexed; a last line without one is what a
   writer killed (or still writing) leaves, and is reported in ``partial_tail`` until it is
   finished, never parsed;
 * a complete line that is not a JSON object is indexed with a summary ``{"error": ...}`` naming
   the file and line, so one bad line never hides the others;
 * ``summarize(row)`` keeps what lists, filters and sorts need (no long text), and is stored
-  with the offsets in ``cache_path`` (JSON), so a reopened viewer does not re-read the file;
-* the cache is trusted only while the file still starts with the same bytes and is at least
-  as long as what was indexed; a file rewritten in place (a resumed run trims its
-  ``metrics.jsonl``) is indexed afresh. A cache that cannot be written safely is skipped and
-  the index lives in memory only: a read-only run folder, or a cache path that resolves
-  outside ``within`` (the run folder) through a symlink, which is neither read nor written.
-  A cache file is written under a fresh name and renamed over the old one, so no symlink
-  planted at either name is followed.
+  with the offsets in the cache file (JSON), so a reopened viewer does not parse the file again;
+* the cache is a claim about the file, checked before it is used and discarded (the file is
+  then indexed afresh and the cache rewritten) unless it holds: it must parse, have the shape
+  written here, carry the digest of its summaries (which catches damage no look at the file
+  could), and match the file: as long as what it indexed, the same first bytes, and exactly
+  the line starts found by one pass of looking for newlines over the indexed bytes (no line is
+  parsed). A file rewritten in place later (a resumed run trims its ``metrics.jsonl``) is
+  indexed afresh as well;
+* a cache that cannot be written (a read-only run folder, a link on its way) is given up and
+  the index lives in memory only; it is written under a fresh name and renamed into place.
 """
 
 from __future__ import annotations
@@ -28,14 +33,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import threading
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Iterator
+from pathlib import PurePosixPath
+from typing import BinaryIO
+
+from rstar2.view.confined import ConfinedFolder, ViewError
 
 HEAD_BYTES = 256
 READ_BLOCK = 1 << 20
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: the summaries' digest
 
 Summarize = Callable[[dict], dict]
 
@@ -43,19 +50,19 @@ Summarize = Callable[[dict], dict]
 class LineIndex:
     """Offsets and summaries of the complete lines of one JSONL file; see the module docstring."""
 
-    def __init__(self, path: Path, cache_path: Path | None, summarize: Summarize,
-                 within: Path | None = None):
-        self.path = path
-        self.within = within
-        self.cache_path = cache_path if self.safe(cache_path) else None
+    def __init__(self, folder: ConfinedFolder, name: str | PurePosixPath, cache_name: str | PurePosixPath | None,
+                 summarize: Summarize, what: str = "a JSONL file"):
+        self.folder, self.name, self.what = folder, PurePosixPath(name), what
+        self.path = folder.path / name  # for messages
+        self.cache_name = cache_name
         self.summarize = summarize
         self.offsets: list[int] = []
         self.summaries: list[dict] = []
         self.indexed_size = 0
         self.head = file_head_of_nothing()
         self.partial_tail = False
+        self.cache_unread = cache_name is not None  # read at the first refresh, against the open file
         self.lock = threading.Lock()
-        self.load_cache()
 
     @property
     def count(self) -> int:
@@ -63,33 +70,27 @@ class LineIndex:
 
     def refresh(self) -> None:
         """Index the lines appended since the last call (all of them if the file was rewritten)."""
-        with self.lock:
-            size = self.path.stat().st_size
-            if size < self.indexed_size or file_head(self.path, self.indexed_size) != self.head:
+        with self.lock, self.folder.open(self.name, self.what) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if self.cache_unread:
+                self.cache_unread = False
+                self.adopt_cache(handle, size)
+            if size < self.indexed_size or file_head(handle, self.indexed_size) != self.head:
                 self.offsets, self.summaries, self.indexed_size = [], [], 0
             if size > self.indexed_size:
-                self.extend(size)
-                self.head = file_head(self.path, self.indexed_size)
+                self.extend(handle, size)
+                self.head = file_head(handle, self.indexed_size)
                 self.save_cache()
 
-    def extend(self, size: int) -> None:
+    def extend(self, handle: BinaryIO, size: int) -> None:
         """Read from the indexed end to ``size``, indexing each complete line."""
-        with self.path.open("rb") as handle:
-            handle.seek(self.indexed_size)
-            position, carry = self.indexed_size, b""
-            while position + len(carry) < size:
-                block = handle.read(min(READ_BLOCK, size - position - len(carry)))
-                if not block:
-                    break
-                data = carry + block
-                start = 0
-                while (newline := data.find(b"\n", start)) >= 0:
-                    self.add_line(position + start, data[start:newline])
-                    start = newline + 1
-                position += start
-                carry = data[start:]
-        self.indexed_size = position
-        self.partial_tail = bool(carry.strip())
+        self.partial_tail = False
+        for offset, line, complete in lines_of(handle, self.indexed_size, size):
+            if not complete:
+                self.partial_tail = bool(line.strip())
+                break
+            self.add_line(offset, line)
+            self.indexed_size = offset + len(line) + 1
 
     def add_line(self, offset: int, line: bytes) -> None:
         if not line.strip():
@@ -98,7 +99,7 @@ class LineIndex:
         number = len(self.offsets)
         try:
             value = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        except ValueError as error:  # UnicodeDecodeError included
             self.summaries.append({"error": f"{self.path} record {number}: not valid JSON ({error})"})
             return
         if not isinstance(value, dict):
@@ -111,63 +112,99 @@ class LineIndex:
         with self.lock:
             start = self.offsets[i]
             end = self.offsets[i + 1] if i + 1 < len(self.offsets) else self.indexed_size
-        with self.path.open("rb") as handle:
+        with self.folder.open(self.name, self.what) as handle:
             handle.seek(start)
             line = handle.read(end - start)
         try:
             value = json.loads(line)
-        except json.JSONDecodeError as error:
+        except ValueError as error:
             raise ValueError(f"{self.path} record {i + 1}: not valid JSON ({error})") from error
         if not isinstance(value, dict):
             raise ValueError(f"{self.path} record {i + 1}: not a JSON object")
         return value
 
-    def safe(self, cache_path: Path | None) -> bool:
-        """Whether the cache's folder resolves inside ``within`` (always, without one)."""
-        if cache_path is None:
-            return False
-        return self.within is None or cache_path.parent.resolve().is_relative_to(self.within)
-
-    def load_cache(self) -> None:
-        if self.cache_path is None or self.cache_path.is_symlink() or not self.cache_path.is_file():
-            return
+    def adopt_cache(self, handle: BinaryIO, size: int) -> None:
+        """Take the cache's summaries if it holds for the open file (see the module docstring);
+        otherwise leave the index empty, to be built afresh."""
         try:
-            cached = json.loads(self.cache_path.read_text(encoding="utf-8"))
-            if cached.get("version") != CACHE_VERSION:
+            with self.folder.open(self.cache_name, "a cache file") as cache:
+                document = cache_document(cache.read())
+        except (OSError, ViewError):
+            return
+        if document is None or document["indexed_size"] > size:
+            return
+        indexed_size = document["indexed_size"]
+        if document["head"] != file_head(handle, indexed_size):
+            return
+        offsets, end = [], 0
+        for offset, line, complete in lines_of(handle, 0, indexed_size):
+            if not complete:
                 return
-            self.offsets, self.summaries = cached["offsets"], cached["summaries"]
-            self.indexed_size, self.head = cached["indexed_size"], cached["head"]
-        except (OSError, ValueError, KeyError):
-            self.offsets, self.summaries, self.indexed_size = [], [], 0
+            if line.strip():
+                offsets.append(offset)
+            end = offset + len(line) + 1
+        if offsets == document["offsets"] and end == indexed_size:
+            self.offsets, self.summaries = offsets, document["summaries"]
+            self.indexed_size, self.head = indexed_size, document["head"]
 
     def save_cache(self) -> None:
-        if self.cache_path is None:
+        if self.cache_name is None:
             return
         document = {"version": CACHE_VERSION, "indexed_size": self.indexed_size, "head": self.head,
-                    "offsets": self.offsets, "summaries": self.summaries}
-        folder = self.cache_path.parent
+                    "offsets": self.offsets, "summaries": self.summaries, "digest": digest(self.summaries)}
         try:
-            for _ in range(2):  # before making the folders, and after (one may have just become a symlink)
-                if not self.safe(self.cache_path):
-                    raise PermissionError(f"{folder} resolves outside {self.within}")
-                folder.mkdir(parents=True, exist_ok=True)
-            handle, tmp = tempfile.mkstemp(dir=folder, prefix=self.cache_path.name)
-            try:
-                with os.fdopen(handle, "w", encoding="utf-8") as file:
-                    file.write(json.dumps(document))
-                os.replace(tmp, self.cache_path)
-            except OSError:
-                os.unlink(tmp)
-                raise
-        except OSError:
-            self.cache_path = None  # cannot be written safely: keep the index in memory
+            self.folder.write(self.cache_name, json.dumps(document).encode())
+        except (OSError, ViewError):
+            self.cache_name = None  # cannot be written safely: keep the index in memory
 
 
-def file_head(path: Path, indexed_size: int) -> str:
+def cache_document(raw: bytes) -> dict | None:
+    """The cache file's document when it has the shape ``save_cache`` writes and its summaries
+    their digest; None otherwise (garbage, truncated, another version, damaged)."""
+    try:
+        document = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(document, dict) or document.get("version") != CACHE_VERSION:
+        return None
+    offsets, summaries = document.get("offsets"), document.get("summaries")
+    size, head = document.get("indexed_size"), document.get("head")
+    if not (isinstance(offsets, list) and isinstance(summaries, list) and len(offsets) == len(summaries)
+            and all(isinstance(summary, dict) for summary in summaries)
+            and type(size) is int and size >= 0 and isinstance(head, str) and document.get("digest") == digest(summaries)):
+        return None
+    return document
+
+
+def digest(summaries: list[dict]) -> str:
+    return hashlib.sha256(json.dumps(summaries).encode()).hexdigest()
+
+
+def lines_of(handle: BinaryIO, start: int, size: int) -> Iterator[tuple[int, bytes, bool]]:
+    """``(offset, line without its newline, complete)`` for each line from ``start`` (a line
+    start) to ``size``, a block at a time; only the last can be incomplete (no newline yet)."""
+    handle.seek(start)
+    position, carry = start, b""
+    while position + len(carry) < size:
+        block = handle.read(min(READ_BLOCK, size - position - len(carry)))
+        if not block:
+            break
+        data = carry + block
+        begin = 0
+        while (newline := data.find(b"\n", begin)) >= 0:
+            yield position + begin, data[begin:newline], True
+            begin = newline + 1
+        position += begin
+        carry = data[begin:]
+    if carry:
+        yield position, carry, False
+
+
+def file_head(handle: BinaryIO, indexed_size: int) -> str:
     """A digest of the file's first bytes (of those already indexed): what tells an appended
     file from a rewritten one."""
-    with path.open("rb") as handle:
-        return hashlib.sha1(handle.read(min(HEAD_BYTES, indexed_size))).hexdigest()
+    handle.seek(0)
+    return hashlib.sha1(handle.read(min(HEAD_BYTES, indexed_size))).hexdigest()
 
 
 def file_head_of_nothing() -> str:

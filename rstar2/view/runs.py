@@ -15,55 +15,33 @@ runs. Every JSONL file is read through a ``LineIndex`` cached under ``.view-inde
 folder. Names that come from a request (a step, an eval name) are looked up among the ones the
 folder has, never joined into a path, so nothing outside the folder can be reached.
 
-Every file read or written must also *resolve* inside the run folder (symlinks followed): a
-step file or eval folder that points outside is left out of the listings with a warning and
-refused (403) when asked for; a directory where a file is expected is a 404 that says so; and
-a ``.view-index`` that resolves outside is not used (the index is then kept in memory).
+Every file is read or written through the run folder's ``ConfinedFolder`` (``confined``):
+opened below a descriptor of the folder taken at startup, one component at a time, refusing
+links, so that no swap of a name for a link while the viewer reads can lead it outside. A
+link in the folder (a step file, an eval folder, anything on the way to one) is therefore left
+out of the listings with a warning and refused (403) when asked for, whether it points outside
+or not; a directory where a file is expected is a 404 that says so; and a ``.view-index`` that
+is a link is not used (the index is then kept in memory).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from rstar2.eval.metrics import benchmark_stats, problem_stats
-from rstar2.eval.report import RESULTS_JSON, benchmark_entry, problem_entry, read_results
+from rstar2.eval.report import RESULTS_JSON, benchmark_entry, problem_entry
 from rstar2.eval.runner import SAMPLES_JSONL
 from rstar2.eval.samples import SampleOutcome
-from rstar2.service import ServiceError
+from rstar2.view.confined import ConfinedFolder, Missing, ViewError
 from rstar2.view.index import LineIndex
 
 INDEX_DIR = ".view-index"
 STEP_FILE = re.compile(r"step_(\d+)\.jsonl")
 PROBLEM_FIELDS = ("bench", "problem_id", "sample", "gold", "pred", "correct", "response_tokens",
                   "generated_tokens", "turns", "tool_calls", "tool_errors", "stop_reason", "truncated", "seconds")
-
-
-class ViewError(ServiceError):
-    """Something the page should say in one line (unknown step, missing file, bad line)."""
-
-    def __init__(self, message: str, status: int = 404):
-        super().__init__(message, status)
-
-
-def outside(root: Path, path: Path) -> Path | None:
-    """Where ``path`` really is, when that is outside ``root`` (a resolved folder); else None."""
-    real = path.resolve()
-    return None if real.is_relative_to(root) else real
-
-
-def checked_file(root: Path, path: Path, what: str) -> Path:
-    """``path`` when it is a file inside ``root``; else a ``ViewError`` that says why not (403:
-    it points outside; 404: missing, or a directory)."""
-    shown = path.relative_to(root) if path.is_relative_to(root) else path
-    if (real := outside(root, path)) is not None:
-        raise ViewError(f"{shown} points outside the run folder (to {real}); not served", 403)
-    if path.is_dir():
-        raise ViewError(f"{shown} is a directory, not {what}")
-    if not path.is_file():
-        raise ViewError(f"{path}: no such file")
-    return path
 
 
 def rollout_summary(row: dict) -> dict:
@@ -103,25 +81,26 @@ def group_verdicts(summaries: list[dict]) -> list[dict]:
 
 
 class EvalFolder:
-    """One eval run: ``results.json`` and ``samples.jsonl`` (read only inside ``root``, the run
-    folder)."""
+    """One eval run: ``results.json`` and ``samples.jsonl`` of the folder ``relative`` (``.``
+    or ``eval/<name>``) of the run folder ``root``."""
 
-    def __init__(self, path: Path, cache_dir: Path | None, root: Path):
-        self.path, self.root = path, root
-        self.samples = LineIndex(path / SAMPLES_JSONL, cache_dir and cache_dir / "samples.json",
-                                 sample_summary, within=root)
+    def __init__(self, root: ConfinedFolder, relative: str, cache_dir: PurePosixPath | None):
+        self.root, self.relative = root, PurePosixPath(relative)
+        self.path = root.path / relative
+        self.samples = LineIndex(root, self.relative / SAMPLES_JSONL, cache_dir and cache_dir / "samples.json",
+                                 sample_summary, "a samples file")
 
     def results(self) -> dict:
         """``results.json``; while the run has not written it, the same document computed
         from the samples finished so far (with a warning saying so)."""
-        results = self.path / RESULTS_JSON
-        if results.exists() or results.is_symlink():
-            checked_file(self.root, results, "a results file")
+        results = self.relative / RESULTS_JSON
+        if self.root.kind(results) is not None:
+            with self.root.open(results, "a results file") as handle:
+                text = handle.read()
             try:
-                return {**read_results(self.path), "warnings": []}
+                return {**json.loads(text), "warnings": []}
             except ValueError as error:
-                raise ViewError(f"{results}: not valid JSON ({error})", 422) from error
-        checked_file(self.root, self.samples.path, "a samples file")
+                raise ViewError(f"{self.root.path / results}: not valid JSON ({error})", 422) from error
         self.samples.refresh()
         outcomes = [SampleOutcome.model_validate(s) for s in self.samples.summaries if "error" not in s]
         document = results_of(outcomes)
@@ -130,7 +109,6 @@ class EvalFolder:
         return document
 
     def problem_samples(self, bench: str, problem_id: str) -> dict:
-        checked_file(self.root, self.samples.path, "a samples file")
         self.samples.refresh()
         lines = [i for i, s in enumerate(self.samples.summaries)
                  if s.get("bench") == bench and s.get("problem_id") == problem_id]
@@ -157,24 +135,24 @@ class RunFolder:
     """A training run, an eval run, or the demo's folder (both); see the module docstring."""
 
     def __init__(self, path: Path, run_id: int):
-        self.path = path.resolve()
+        self.root = ConfinedFolder(path)  # a link naming the run folder itself is followed, here, once
+        self.path = self.root.path
         self.run_id = run_id
         self.notes: list[str] = []  # what was left out of the folder, and why
         self.cache_dir = self.index_dir()
-        self.metrics_index = LineIndex(self.path / "metrics.jsonl", self.cache_dir and self.cache_dir / "metrics.json",
-                                       dict, within=self.path)
+        self.metrics_index = LineIndex(self.root, "metrics.jsonl", self.cache_dir and self.cache_dir / "metrics.json",
+                                       dict, "a metrics file")
         self.step_indexes: dict[int, LineIndex] = {}
-        self.evals = {name: EvalFolder(folder, self.cache_dir and self.cache_dir / "eval" / name, self.path)
+        self.evals = {name: EvalFolder(self.root, folder, self.cache_dir and self.cache_dir / "eval" / name)
                       for name, folder in self.eval_folders().items()}
 
-    def index_dir(self) -> Path | None:
-        """Where the line indexes are cached: ``.view-index`` unless it resolves outside the
-        folder (then they are kept in memory only)."""
-        folder = self.path / INDEX_DIR
-        if (real := outside(self.path, folder)) is not None:
-            self.note(f"{INDEX_DIR} points outside the run folder (to {real}); the index is kept in memory")
+    def index_dir(self) -> PurePosixPath | None:
+        """Where the line indexes are cached: ``.view-index`` unless it is a link (then they
+        are kept in memory only)."""
+        if self.root.kind(INDEX_DIR) == "link":
+            self.note(f"{self.root.refusal(INDEX_DIR, 'link')}; the index is kept in memory")
             return None
-        return folder
+        return PurePosixPath(INDEX_DIR)
 
     def note(self, warning: str) -> None:
         """Record (once) and print a warning about something left out of the folder."""
@@ -184,26 +162,34 @@ class RunFolder:
 
     @property
     def is_training(self) -> bool:
-        return (self.path / "metrics.jsonl").is_file() or (self.path / "rollouts").is_dir()
+        """Whether the folder has ``metrics.jsonl`` or ``rollouts/`` by name; what is wrong with
+        either (a link, say) is reported when it is read."""
+        return self.root.kind("metrics.jsonl") is not None or self.root.kind("rollouts") is not None
 
-    def eval_folders(self) -> dict[str, Path]:
-        """The eval runs here: the folder itself, and each ``eval/<name>/`` child (the demo's)
-        that resolves inside the folder."""
+    def eval_folders(self) -> dict[str, str]:
+        """The eval runs here (name: folder below the run folder): the folder itself, and each
+        ``eval/<name>/`` child (the demo's) that is a folder, not a link."""
         found = {}
-        if is_eval_run(self.path):
-            found["."] = self.path
-        eval_dir = self.path / "eval"
-        if eval_dir.is_dir():
-            for child in sorted(eval_dir.iterdir()):
-                if (real := outside(self.path, child)) is not None:
-                    self.note(f"eval/{child.name} points outside the run folder (to {real}); left out")
-                elif is_eval_run(child):
-                    found[child.name] = child
+        if self.is_eval_run("."):
+            found["."] = "."
+        try:
+            children = self.root.entries("eval")
+        except ViewError as refused:
+            self.note(f"{refused}; left out")
+            children = {}
+        for name, kind in sorted(children.items()):
+            if kind == "link":
+                self.note(f"{self.root.refusal(f'eval/{name}', kind)}; left out")
+            elif kind == "dir" and self.is_eval_run(f"eval/{name}"):
+                found[name] = f"eval/{name}"
         return found
+
+    def is_eval_run(self, folder: str) -> bool:
+        return any(self.root.kind(PurePosixPath(folder) / name) is not None for name in (SAMPLES_JSONL, RESULTS_JSON))
 
     def problems(self) -> list[str]:
         """What keeps the folder from being read as a run, in words for the page."""
-        if not self.path.is_dir():
+        if not self.root.exists:
             return [f"{self.path}: no such folder"]
         if not self.is_training and not self.evals:
             return [f"{self.path} is not a run folder: it has no metrics.jsonl, rollouts/, "
@@ -218,13 +204,12 @@ class RunFolder:
 
     def metrics(self) -> dict:
         """Every row of ``metrics.jsonl``, with the bad and unfinished lines reported."""
-        path = self.metrics_index.path
-        if not (path.exists() or path.is_symlink()):
+        try:
+            self.metrics_index.refresh()
+        except Missing:
             if self.is_training:
-                return {"rows": [], "warnings": [f"{path}: no such file (no step finished yet?)"]}
+                return {"rows": [], "warnings": [f"{self.metrics_index.path}: no such file (no step finished yet?)"]}
             return {"rows": [], "warnings": []}
-        checked_file(self.path, path, "a metrics file")
-        self.metrics_index.refresh()
         rows = [s for s in self.metrics_index.summaries if "error" not in s]
         warnings = [s["error"] for s in self.metrics_index.summaries if "error" in s]
         if self.metrics_index.partial_tail:
@@ -233,33 +218,35 @@ class RunFolder:
         return {"rows": sorted(rows, key=lambda row: row.get("step", 0)), "warnings": warnings}
 
     def steps(self) -> list[int]:
-        """The steps with a rollout file; one that points outside the folder or is not a file
-        is left out, with a warning."""
-        folder = self.path / "rollouts"
-        if not folder.is_dir():
+        """The steps with a rollout file; one that is a link or not a regular file is left
+        out, with a warning."""
+        try:
+            children = self.root.entries("rollouts")
+        except ViewError as refused:
+            self.note(f"{refused}; left out")
             return []
         steps = []
-        for file in folder.iterdir():
-            if (match := STEP_FILE.fullmatch(file.name)) is None:
+        for name, kind in sorted(children.items()):
+            if (match := STEP_FILE.fullmatch(name)) is None:
                 continue
-            try:
-                checked_file(self.path, file, "a rollout file")
-            except ViewError as refused:
-                self.note(f"{refused}; left out")
-                continue
-            steps.append(int(match.group(1)))
+            if kind == "file":
+                steps.append(int(match.group(1)))
+            else:
+                self.note(f"{self.root.refusal(f'rollouts/{name}', kind, 'a rollout file')}; left out")
         return sorted(steps)
 
     def step_index(self, step: int) -> LineIndex:
-        path = self.path / "rollouts" / f"step_{step}.jsonl"
-        if not (path.exists() or path.is_symlink()):
-            raise ViewError(f"{path}: no such file (the run has no rollouts logged for step {step})")
-        checked_file(self.path, path, "a rollout file")
-        if step not in self.step_indexes:
+        """The step's index, refreshed; kept only once its file was read, so that asking for
+        steps that do not exist leaves nothing behind."""
+        index = self.step_indexes.get(step)
+        if index is None:
             cache = self.cache_dir and self.cache_dir / "rollouts" / f"step_{step}.json"
-            self.step_indexes[step] = LineIndex(path, cache, rollout_summary, within=self.path)
-        index = self.step_indexes[step]
-        index.refresh()
+            index = LineIndex(self.root, f"rollouts/step_{step}.jsonl", cache, rollout_summary, "a rollout file")
+        try:
+            index.refresh()
+        except Missing as missing:
+            raise ViewError(f"{missing} (the run has no rollouts logged for step {step})") from None
+        self.step_indexes[step] = index
         return index
 
     def rollouts(self, step: int) -> dict:
@@ -302,6 +289,3 @@ class RunFolder:
             raise ViewError(f"{self.path.name} has no eval run named {name!r} (it has: {', '.join(self.evals) or 'none'})")
         return self.evals[name]
 
-
-def is_eval_run(folder: Path) -> bool:
-    return (folder / SAMPLES_JSONL).is_file() or (folder / RESULTS_JSON).is_file()

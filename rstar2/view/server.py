@@ -7,8 +7,8 @@ The page (``static/``, served from the package: no CDN) asks the JSON API below;
 is computed from the run folders when asked, so a run that is still writing shows its new
 lines on the page's next poll. Runs are addressed by their position in the list, steps by
 number, eval runs and problems by name in the query string: a request never carries a path,
-and every file resolves inside its run folder (``runs``), so nothing outside the run folders
-can be served. Failures answer the services' one error shape (``rstar2.service``:
+and every file is opened below its run folder without following links (``confined``), so
+nothing outside the run folders can be served, even while names in them are being swapped. Failures answer the services' one error shape (``rstar2.service``:
 ``{"error": {"message", "type", "code"}}``) with a 4xx/5xx status, the message one line for the
 page to show, never a traceback.
 
