@@ -15,7 +15,11 @@ closed loop for ``--seconds``, the requests the service exists for:
 One third of the way in, one client sends the hostile requests of each service instead (the
 ones its hardening refuses: ``n=1000000``, a 10 MB text prompt, a body over the limit, a
 non-finite deadline, a lone surrogate, a link out of the run folder) and records each one's
-status and time. Reported per service: answered requests per second, p50 and p99 latency of
+status and time. Beside them it opens the connections that stall (one that sends nothing, half a
+header, headers and half a body, a chunked body trickling a byte every half second), each
+service being started with ``--read-timeout-s 5``, and records when each is let go; serve-model
+also gets one request for the most its default limits allow (``n=32``, ``max_tokens=8000``),
+left running while the ordinary clients go on, so their latencies show whether it starves them. Reported per service: answered requests per second, p50 and p99 latency of
 the ordinary requests (the hostile ones excluded), failed ordinary requests, the hostile
 answers, and the resident memory of the service's whole process tree (workers included)
 before the load, just before and just after the hostile requests, and after the load.
@@ -39,6 +43,13 @@ from rstar2.sandbox.local import free_port
 from rstar2.sandbox.worker.procs import parent_pids
 
 CLIENTS = 16
+READ_TIMEOUT_S = 5.0
+STALLS = {  # what a stalled connection sends, then nothing more
+    "stalled: nothing sent": b"",
+    "stalled: half a header": b"GET /health HTTP/1.1\r\nHo",
+    "stalled: headers and half a body": b"POST /run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                        b"Content-Length: 100\r\n\r\n{\"code\": ",
+}
 PROMPT = list(range(1000, 1032))
 
 
@@ -146,12 +157,55 @@ def answer_message(answer: httpx.Response) -> str:
 HOSTILE = {"serve-model": hostile_serve_model, "sandbox": hostile_sandbox, "view": hostile_view}
 
 
+async def stalled(url: str, name: str) -> dict:
+    """Open a connection that stalls the way ``name`` says; the seconds until the service lets
+    it go, and the status it answered first (None: closed without an answer)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", int(url.rsplit(":", 1)[1]))
+    opened = time.monotonic()
+    if name in STALLS:
+        writer.write(STALLS[name])
+    else:  # a chunked body, one byte every half second
+        writer.write(b"POST /run HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+
+        async def trickle() -> None:
+            while True:
+                await asyncio.sleep(0.5)
+                writer.write(b"1\r\n \r\n")
+                await writer.drain()
+
+        trickling = asyncio.ensure_future(trickle())
+    try:
+        answer = await asyncio.wait_for(reader.read(), 120)
+    except (asyncio.TimeoutError, ConnectionError):
+        answer = b"(still open after 120 s)"
+    finally:
+        if name not in STALLS:
+            trickling.cancel()
+        writer.close()
+    status = int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/1.1 ") else None
+    return {"request": name, "status": status, "let_go_after_s": round(time.monotonic() - opened, 2)}
+
+
+async def stalls(url: str) -> list[dict]:
+    names = [*STALLS, "stalled: a chunked body, a byte every 0.5 s"]
+    return list(await asyncio.gather(*(stalled(url, name) for name in names)))
+
+
+async def greedy(http: httpx.AsyncClient, url: str) -> str:
+    """The most one request may ask of serve-model under its default limits."""
+    answer = await http.post(f"{url}/v1/completions", json={"prompt": PROMPT, "n": 32, "max_tokens": 8000,
+                                                            "ignore_eos": True, "stop_token_ids": []})
+    return str(answer.status_code)
+
+
 async def load(service: str, url: str, seconds: float, pid: int) -> dict:
     """16 closed-loop clients for ``seconds``; one sends the hostile requests a third of the way
     in (the service's memory is read just before and just after them)."""
-    latencies, failures, hostile, rss = [], 0, [], {}
+    latencies, beside_hog, failures, hostile, rss = [], [], 0, [], {}
     started = time.monotonic()
     stop = started + seconds
+    stalling = asyncio.ensure_future(stalls(url))
+    hog = None
 
     async def client(index: int, http: httpx.AsyncClient) -> None:
         nonlocal failures
@@ -164,16 +218,30 @@ async def load(service: str, url: str, seconds: float, pid: int) -> dict:
                                     "message": answer_message(answer)})
                 hostile.append({"request": "all of them", "seconds": round(time.monotonic() - sent, 2)})
                 rss["after_hostile_mb"] = round(tree_rss_mb(pid))
+                if service == "serve-model":
+                    nonlocal hog
+                    hog = asyncio.ensure_future(greedy(http, url))
+                    rss["hog_sent_at_s"] = round(time.monotonic() - started, 1)
                 continue
             sent = time.monotonic()
             answer = await ordinary(http, service, url, turn)
             latencies.append(time.monotonic() - sent)
+            if hog is not None:
+                beside_hog.append(latencies[-1])
             failures += answer.status_code != 200
             turn += 1
 
-    async with httpx.AsyncClient(timeout=300, limits=httpx.Limits(max_connections=CLIENTS)) as http:
+    async with httpx.AsyncClient(timeout=300, limits=httpx.Limits(max_connections=CLIENTS + 1)) as http:
         await asyncio.gather(*(client(i, http) for i in range(CLIENTS)))
-    elapsed = time.monotonic() - started
+        elapsed = time.monotonic() - started
+        if hog is not None:
+            state = hog.result() if hog.done() else "still running at the end: cancelled"
+            hog.cancel()
+            hostile.append({"request": f"n=32, max_tokens=8000 (sent at {rss.pop('hog_sent_at_s')} s)",
+                            "status": state, "ordinary_answered_beside_it": len(beside_hog),
+                            "their_p99_ms": round(sorted(beside_hog)[int(0.99 * (len(beside_hog) - 1))] * 1000, 1)
+                            if beside_hog else None})
+    hostile += await stalling
     ordered = sorted(latencies)
     return {"requests_per_s": round(len(ordered) / elapsed, 1), "p50_ms": round(ordered[len(ordered) // 2] * 1000, 1),
             "p99_ms": round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1000, 1),
@@ -185,7 +253,7 @@ def measure(service: str, seconds: float, folder: Path) -> dict:
     url = f"http://127.0.0.1:{port}"
     argv = {"serve-model": lambda: ["serve-model"], "sandbox": lambda: ["sandbox", "serve", "--workers", "4"],
             "view": lambda: ["view", str(synthetic_run(folder / "run"))]}[service]()
-    process = start([*argv, "--port", str(port)], f"{url}/health")
+    process = start([*argv, "--port", str(port), "--read-timeout-s", str(READ_TIMEOUT_S)], f"{url}/health")
     try:
         before = tree_rss_mb(process.pid)
         result = asyncio.run(load(service, url, seconds, process.pid))
