@@ -18,7 +18,7 @@ from rich.text import Text
 from rstar2.cli.app import app, fail
 from rstar2.cli.options import (DEFAULT_DTYPE, DEFAULT_ENGINE, DEFAULT_MODEL, AnswerTag, BaseUrl, Device,
                                  DrainTimeout, Dtype, Engine, MaxRequestMb, Model, PromptVariant, ReadTimeout,
-                                 SandboxUrls, Tokenizer, announce_device, trained_card)
+                                 SandboxUrls, Threads, Tokenizer, announce_device, trained_card)
 
 console = Console()
 SPECIAL_TOKEN = re.compile(r"<\|[^|<>\s]+\|>")  # ChatML's <|im_end|> and the like
@@ -50,6 +50,7 @@ def chat(
                                       "temperature (0 = greedy)."),
     dtype: Dtype = DEFAULT_DTYPE,
     device: Device = "auto",
+    threads: Threads = None,
 ) -> None:
     """Chat with a model that reasons in <reason> tags and can run Python in the sandbox.
 
@@ -179,6 +180,7 @@ def serve_model(
     tokenizer: Tokenizer = None,
     dtype: Dtype = DEFAULT_DTYPE,
     device: Device = "auto",
+    threads: Threads = None,
     host: str = typer.Option("127.0.0.1", metavar="ADDRESS", help="Address to listen on."),
     port: int = typer.Option(8000, metavar="PORT", help="Port to listen on."),
     name: str = typer.Option(None, "--served-model-name", metavar="NAME", help="Model name clients "

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from rstar2 import RECIPES
 from rstar2.cli.app import app, fail
-from rstar2.cli.options import RecipeDevice, announce_device, one_of
+from rstar2.cli.options import RecipeDevice, Threads, announce_device, one_of
 from rstar2.cli.train import refuse_missing_logger
 
 NAMED_RECIPES = {"cpu-demo": RECIPES / "cpu-demo.yaml", "gsm8k": RECIPES / "gsm8k-cpu.yaml",
@@ -32,6 +32,7 @@ def demo(
                                   help="Compute dtype of the SFT's matmuls (default: auto, chosen for "
                                   "this CPU at start; the RL phase's is the recipe's model.compute_dtype)."),
     device: RecipeDevice = None,
+    threads: Threads = None,
 ) -> None:
     """Teach SmolLM2-135M-Instruct to solve problems with the Python tool on a CPU:
     (1) a short SFT on tool-use traces made with the real sandbox, (2) GRPO-RoC on problems the

@@ -9,7 +9,7 @@ import typer
 from rstar2.cli.app import command_group, fail
 from rstar2.cli.data import DATA_DIR_HELP
 from rstar2.cli.options import (DEFAULT_DTYPE, DEFAULT_ENGINE, DEFAULT_MODEL, AnswerTag, BaseUrl, Device, Dtype,
-                                Engine, Fields, Model, PromptVariant, SandboxUrls, Split, Subset, Tokenizer,
+                                Engine, Fields, Model, PromptVariant, SandboxUrls, Split, Subset, Threads, Tokenizer,
                                 announce_device, field_map, trained_card)
 
 eval_app = command_group(
@@ -41,6 +41,7 @@ def evaluate(
     tokenizer: Tokenizer = None,
     dtype: Dtype = DEFAULT_DTYPE,
     device: Device = "auto",
+    threads: Threads = None,
     n: int = typer.Option(16, "-n", min=1, metavar="N", help="Samples per problem."),
     temperature: float = typer.Option(0.6, "--temperature", min=0.0, metavar="T", help="Sampling temperature."),
     top_p: float = typer.Option(1.0, "--top-p", min=0.0, max=1.0, metavar="P", help="Nucleus sampling mass "

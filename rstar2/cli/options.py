@@ -76,6 +76,21 @@ Resume = Annotated[bool, typer.Option(
     "data position and RNG state).")]
 RunName = Annotated[Optional[str], typer.Option(
     "--name", metavar="NAME", help="Run name (the folder under runs_dir); overrides the recipe's `name`.")]
+def apply_threads(threads: int | None) -> int | None:
+    """Make ``--threads`` the process's choice as soon as it is parsed, before any model
+    loads (``rstar2.engines.loading.use_cpu_threads``)."""
+    if threads is not None:
+        from rstar2.engines.loading import use_cpu_threads
+
+        use_cpu_threads(threads)
+    return threads
+
+
+Threads = Annotated[Optional[int], typer.Option(
+    "--threads", min=1, metavar="N", envvar="OMP_NUM_THREADS", callback=apply_threads,
+    help="CPU threads for the model's arithmetic. Default: every core this process may use. "
+         "Beside another busy job, give fewer threads than there are idle cores: a thread "
+         "that has to wait for its core slows every step.")]
 RecipeDevice = Annotated[Optional[str], typer.Option(
     "--device", metavar="DEVICE", help="Where the policy trains and the engine samples (sets "
     "model.device; default: the recipe's, auto unless set): " + DEVICE_HELP)]

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from rstar2.cli.app import app, fail
-from rstar2.cli.options import (Overrides, RecipeDevice, Resume, RunName, announce_device,
+from rstar2.cli.options import (Overrides, RecipeDevice, Resume, RunName, Threads, announce_device,
                                  recipe_overrides)
 
 
@@ -20,6 +20,7 @@ def sft(
     resume: Resume = False,
     name: RunName = None,
     device: RecipeDevice = None,
+    threads: Threads = None,
 ) -> None:
     """Fine-tune a model on multi-turn tool-use conversations (chat-format JSONL, docs/sft.md):
     the loss is on the assistant's tokens only; prompts, tool outputs and template separators

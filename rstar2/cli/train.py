@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from rstar2.cli.app import app, fail
-from rstar2.cli.options import (Overrides, RecipeDevice, Resume, RunName, announce_device,
+from rstar2.cli.options import (Overrides, RecipeDevice, Resume, RunName, Threads, announce_device,
                                  recipe_overrides)
 
 
@@ -22,6 +22,7 @@ def train(
                               "per-GPU memory estimate and the rollouts in flight, then exit "
                               "without starting anything (no GPU, model or Ray needed)."),
     device: RecipeDevice = None,
+    threads: Threads = None,
 ) -> None:
     """Train with GRPO-RoC: rollouts with the recipe's tools (the Python sandbox by default),
     its reward (the built-in verifier by default), Resample-on-Correct, clipped loss.

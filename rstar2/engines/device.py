@@ -53,8 +53,13 @@ def resolve_device(setting: str = "auto"):
 
 
 def device_note(setting: str) -> str:
-    """One line saying which device ``setting`` resolves to (and why, for ``auto``)."""
+    """One line saying which device ``setting`` resolves to (and why, for ``auto``); on a CPU
+    also how many threads and why, and a hint where other work already keeps cores busy (a
+    thread per core beside a busy neighbour waits on the neighbour's time slices at every
+    parallel step: about 10x slower than fewer threads)."""
     import torch
+
+    from rstar2.engines.loading import busy_cores, cpu_threads
 
     device = resolve_device(setting)
     if device.type == "cuda":
@@ -62,10 +67,19 @@ def device_note(setting: str) -> str:
         where = f"cuda ({name})"
     else:
         where = "cpu"
+    note = f"device: {where}"
     if setting == "auto":
         reason = "a CUDA GPU is available" if device.type == "cuda" else "no CUDA GPU available"
-        return f"device: {where} (auto: {reason})"
-    return f"device: {where}"
+        note += f" (auto: {reason})"
+    if device.type != "cpu":
+        return note
+    threads, why = cpu_threads()
+    note += f", {threads} thread{'s' * (threads != 1)} ({why})"
+    busy = busy_cores()
+    if why != "OMP_NUM_THREADS" and threads > 1 and busy >= 0.75:
+        note += (f"; other work keeps about {busy:.1f} cores busy: beside it, --threads "
+                 f"{max(1, threads - round(busy))} runs many times faster")
+    return note
 
 
 def module_device(module):

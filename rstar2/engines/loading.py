@@ -29,6 +29,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import sys
 import shutil
 import tempfile
 from pathlib import Path
@@ -188,8 +189,38 @@ def load_model(spec: str | os.PathLike, dtype: str = "float32", device: str = "c
     return model.to(device).eval()
 
 
+def cpu_threads() -> tuple[int, str]:
+    """How many threads torch's intra-op pool gets on a CPU, and why: ``OMP_NUM_THREADS`` where
+    the user set it (the standard knob, which ``--threads`` sets), else every core this process
+    may run on (and no more, which only adds contention)."""
+    asked = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if asked:
+        try:
+            threads = int(asked)
+        except ValueError:
+            threads = 0
+        if threads < 1:
+            raise ValueError(f"OMP_NUM_THREADS={asked!r} is not a whole number of threads of at least 1")
+        return threads, "OMP_NUM_THREADS"
+    return len(os.sched_getaffinity(0)), "every core this process may use"
+
+
+def busy_cores() -> float:
+    """Cores' worth of other work on this machine: the 1-minute load average, less what this
+    process (just started, or between phases) adds to it."""
+    return max(0.0, os.getloadavg()[0] - 0.5)
+
+
 def set_cpu_threads() -> None:
-    """Use every core for torch's intra-op pool (and no more, which only adds contention)."""
+    """Give torch's intra-op pool ``cpu_threads()`` threads."""
     import torch
 
-    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    torch.set_num_threads(cpu_threads()[0])
+
+
+def use_cpu_threads(threads: int) -> None:
+    """Make ``threads`` the process's choice (``--threads``): through ``OMP_NUM_THREADS``, so that
+    the engines this process starts, and the processes it starts, take it too."""
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)

@@ -190,10 +190,29 @@ class RLConfig(Section):
 
 
 class CheckpointConfig(Section):
-    every_steps: int = Field(1, ge=1)
-    """Write a checkpoint after every this many steps (1 loses at most the current step)."""
+    every_steps: int | None = Field(1, ge=1)
+    """Write a checkpoint after every this many steps (1 loses at most the current step). None:
+    by time alone (every_minutes)."""
+    every_minutes: float | None = Field(None, gt=0)
+    """Also write one after the first step that ends this many minutes after the last checkpoint
+    (or the run's start): how much work a crash may cost, whatever a step takes. A small model's
+    checkpoint (weights and AdamW moments) can take longer to write than its step to run."""
     keep_last: int = Field(2, ge=1)
     """How many complete checkpoints to keep; older ones are deleted after a new one lands."""
+
+    @model_validator(mode="after")
+    def _some_schedule(self) -> CheckpointConfig:
+        if self.every_steps is None and self.every_minutes is None:
+            raise ValueError("checkpoint: set every_steps, every_minutes or both (the last step is "
+                             "always saved)")
+        return self
+
+    def due(self, step: int, last_step: int, since_last_s: float) -> bool:
+        """Whether to checkpoint after ``step`` (the run's last, ``last_step``, always is), the
+        previous checkpoint (or the start) having been ``since_last_s`` seconds ago."""
+        return (step == last_step
+                or (self.every_steps is not None and step % self.every_steps == 0)
+                or (self.every_minutes is not None and since_last_s >= 60 * self.every_minutes))
 
 
 class LoggingConfig(Section):

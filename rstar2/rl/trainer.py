@@ -86,6 +86,7 @@ class Trainer:
         self.console = console
         self.order = PromptOrder(len(self.problems), config.seed, shuffle=config.shuffle)
         self.completed_steps = 0
+        self.last_checkpoint_at = time.monotonic()  # or the start: what a crash would lose
         self.algorithm = group_algorithm(config.rl)
 
     def restore(self, resume: bool) -> None:
@@ -172,9 +173,11 @@ class Trainer:
                                f"scored 0; the first: {failed[0].failure}: {failed[0].message}[/]")
 
     def save_if_due(self, force: bool = False) -> None:
-        step, every = self.completed_steps, self.config.checkpoint.every_steps
-        if force or step % every == 0 or step == self.config.rl.steps:
+        step = self.completed_steps
+        since_last = time.monotonic() - self.last_checkpoint_at
+        if force or self.config.checkpoint.due(step, self.config.rl.steps, since_last):
             self.learner.save(step, self.order.position())
+            self.last_checkpoint_at = time.monotonic()
 
 
 def training_sequences(groups: Sequence[Sequence[Rollout]], decisions: Sequence[GroupDecision],

@@ -13,7 +13,7 @@ Contract, in order:
    step appends a line to ``metrics.jsonl`` (``sft/loss``, ``sft/lr``, ``sft/tokens``,
    ``sft/sequences_per_s``, ``time/step``) and prints a progress line, as ``rstar2 train`` does;
 4. a checkpoint (weights, AdamW, schedule, RNGs; ``rstar2.rl.checkpoint``, atomic, written in
-   the background) every ``checkpoint.every_steps`` steps and at the last (an RL recipe can
+   the background) every ``checkpoint.every_steps`` steps or ``every_minutes``, and at the last (an RL recipe can
    start from it: ``rl.init.checkpoint``, weights only with ``reset_optimizer``); ``resume`` restores
    the latest and continues with the very batches the interrupted run would have taken
    (``sft_batches`` depends on the seed and the number of conversations alone; a data file that
@@ -80,6 +80,7 @@ def run_sft(config: SFTConfig, resume: bool = False, console: Console | None = N
                  run_config=config.model_dump(mode="json"))
     writer = CheckpointWriter(checkpoints, keep_last=config.checkpoint.keep_last)
     clock = [time.perf_counter()]
+    last_checkpoint_at = [clock[0]]  # or the start: what a crash would lose
 
     def on_step(step: int, total: int, loss: float) -> None:
         now = time.perf_counter()
@@ -87,8 +88,9 @@ def run_sft(config: SFTConfig, resume: bool = False, console: Console | None = N
         log.step(step, {"sft/loss": loss, "sft/lr": scheduler.get_last_lr()[0], "sft/tokens": tokens,
                         "sft/sequences_per_s": len(batches[step - 1]) / (now - clock[0]), "time/step": now - clock[0]})
         clock[0] = now
-        if step % config.checkpoint.every_steps == 0 or step == total:
+        if config.checkpoint.due(step, total, now - last_checkpoint_at[0]):
             writer.submit(step, model, optimizer, scheduler, {"step": step, "conversations": len(sequences)})
+            last_checkpoint_at[0] = now
 
     try:
         sft_train(model, sequences, config.train, on_step,

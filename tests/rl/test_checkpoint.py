@@ -21,7 +21,7 @@ from rstar2.rl.checkpoint import (
     resolve_checkpoint,
     save_checkpoint,
 )
-from rstar2.rl.config import OptimizerConfig
+from rstar2.rl.config import CheckpointConfig, OptimizerConfig
 from rstar2.rl.optim import build_optimizer, build_scheduler
 from rstar2.rl.prompt_order import PromptOrder
 from tests.rl.checkpoint_writer import expected_step, make_model, make_training
@@ -272,3 +272,18 @@ def test_missing_checkpoints_are_clear_errors(tmp_path):
     assert latest_checkpoint(tmp_path) is None
     with pytest.raises(CheckpointError, match="not a complete checkpoint"):
         load_checkpoint(tmp_path / "step_00000001", make_model())
+
+
+def test_the_checkpoint_schedule_by_steps_by_minutes_or_both_always_saves_the_last_step():
+    by_steps = CheckpointConfig(every_steps=3)
+    assert [s for s in range(1, 9) if by_steps.due(s, 8, since_last_s=0.0)] == [3, 6, 8]
+    by_time = CheckpointConfig(every_steps=None, every_minutes=10)
+    assert not by_time.due(1, 8, since_last_s=599.0)
+    assert by_time.due(2, 8, since_last_s=600.0) and by_time.due(8, 8, since_last_s=0.0)
+    both = CheckpointConfig(every_steps=4, every_minutes=0.5)
+    assert both.due(4, 8, since_last_s=0.0) and both.due(1, 8, since_last_s=30.0)
+    assert not both.due(3, 8, since_last_s=29.9)
+    with pytest.raises(ValueError, match="every_steps, every_minutes or both"):
+        CheckpointConfig(every_steps=None)
+    with pytest.raises(ValueError, match="every_minutes"):
+        CheckpointConfig(every_minutes=0)
