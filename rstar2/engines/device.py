@@ -56,7 +56,7 @@ def device_note(setting: str) -> str:
     """One line saying which device ``setting`` resolves to (and why, for ``auto``); on a CPU
     also how many threads and why, and a hint where other work already keeps cores busy (a
     thread per core beside a busy neighbour waits on the neighbour's time slices at every
-    parallel step: about 10x slower than fewer threads)."""
+    parallel step, many times slower than with fewer threads)."""
     import torch
 
     from rstar2.engines.loading import busy_cores, cpu_threads

@@ -206,8 +206,8 @@ def cpu_threads() -> tuple[int, str]:
 
 
 def busy_cores() -> float:
-    """Cores' worth of other work on this machine: the 1-minute load average, less what this
-    process (just started, or between phases) adds to it."""
+    """Cores' worth of other work on this machine: the shortest of the kernel's load averages,
+    less what this process (just started, or between phases) adds to it."""
     return max(0.0, os.getloadavg()[0] - 0.5)
 
 
