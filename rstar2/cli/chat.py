@@ -59,6 +59,7 @@ def chat(
     model folder written by rstar2 demo or train is asked the way it was trained (its
     rstar2.json); others get the paper's prompt.
     """
+    from rstar2.agent.tools import ToolContext, describe_tools
     from rstar2.engines.factory import EngineSpec, open_engine
 
     if engine == "hf":
@@ -69,6 +70,8 @@ def chat(
         card = trained_card(model, tokenizer, base_url)
         config = chat_rollout_config(card, tools, prompt_variant, max_turns, max_tokens,
                                      temperature)
+        if config.prompt.tools_enabled:  # a tool that does not import: one line, before the model loads
+            describe_tools(config.tools, ToolContext(python_name=config.prompt.tool_name))
         tagged = (card.answer_tag if card else True) if answer_tag is None else answer_tag
         with console.status("loading the model (a .gguf file is converted on first use)"):
             llm, tok = open_engine(spec)

@@ -8,6 +8,9 @@ Contract:
 * With ``partial_tail_ok=True`` a last line that does not end in a newline and does not parse
   is skipped instead: that is what a writer killed mid-line leaves behind, and append-as-you-go
   logs (``rstar2.eval``'s ``samples.jsonl``) must survive it.
+* With ``bad_lines`` (a list), a line that is not a JSON object is appended there as
+  ``(line_number, DataError)`` and skipped instead: for a tool that reports the bad lines of a
+  file and does the rest (``rstar2 grade`` over 10,000 outputs and one broken line).
 * ``write_jsonl(path, rows)`` writes a whole file atomically (temporary file, then rename), so
   a reader never sees half of it.
 """
@@ -25,14 +28,21 @@ class DataError(ValueError):
     """A data file is missing, malformed, or has rows that break its contract."""
 
 
-def read_jsonl(path: str | Path, *, partial_tail_ok: bool = False) -> Iterator[tuple[int, dict]]:
+def read_jsonl(path: str | Path, *, partial_tail_ok: bool = False,
+               bad_lines: list[tuple[int, DataError]] | None = None) -> Iterator[tuple[int, dict]]:
     """``(line_number, object)`` for each non-blank line of ``path``; see the module docstring."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such file")
     with path.open("r", encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
-            value = value_of_line(path, number, line, partial_tail_ok) if line.strip() else None
+            try:
+                value = value_of_line(path, number, line, partial_tail_ok) if line.strip() else None
+            except DataError as error:
+                if bad_lines is None:
+                    raise
+                bad_lines.append((number, error))
+                continue
             if value is not None:
                 yield number, value
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import operator
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -151,11 +152,19 @@ def check_output_dir(out_dir: Path, settings: EvalSettings, resume: bool) -> Non
         defaults = EvalSettings.model_validate(
             {name: value for name, value in current.items() if name not in FIXED_FIELDS}).model_dump(mode="json")
         previous = {**defaults, **json.loads(config_path.read_text(encoding="utf-8"))}
-        changed = [f"{name}: {previous[name]!r} -> {current[name]!r}"
-                   for name in FIXED_FIELDS if previous[name] != current[name]]
+        same = {"model": lambda a, b: model_identity(a) == model_identity(b)}
+        changed = [f"{name}: {previous[name]!r} -> {current[name]!r}" for name in FIXED_FIELDS
+                   if not same.get(name, operator.eq)(previous[name], current[name])]
         if changed:
             raise RunConflict(f"cannot resume {out_dir} with other generation settings ({'; '.join(changed)}); "
                               "use the same settings or another --out")
+
+
+def model_identity(spec: str) -> str:
+    """What a model setting names: a local path as its resolved absolute path (runs/x/final,
+    ./runs/x/final and /home/me/runs/x/final are one model), anything else as written."""
+    path = Path(spec).expanduser()
+    return str(path.resolve()) if path.exists() else spec
 
 
 def graded_record(task: SampleTask, solution: Solution, correct: bool, seconds: float) -> SampleRecord:

@@ -119,3 +119,16 @@ def test_chat_shows_a_call_of_another_tool_by_its_name(monkeypatch):
     shown = chat.console.export_text()
     assert "tool call: calculator" in shown and '{"expression": "6*7"}' in shown
     assert "calculator: ok" in shown and "42" in shown and "sandbox" not in shown
+
+
+def test_chat_refuses_a_card_whose_tool_does_not_import_in_one_line(tiny_models, tmp_path):
+    import shutil
+
+    folder = shutil.copytree(tiny_models["llama"], tmp_path / "model")
+    write_card(folder, new_card(PromptConfig(variant="short"), 24, 2, "test",
+                                tools=(ToolSpec(use="tests.agent.nowhere:Tool"),)))
+    result = runner.invoke(app, ["chat", "--model", str(folder), "--prompt", "hi", "--dtype", "float32"])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "cannot import tests.agent.nowhere" in errors[0]
+    assert "Traceback" not in result.output

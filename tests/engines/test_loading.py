@@ -2,6 +2,8 @@
 (hub ids: test_hub.py)."""
 
 import copy
+import subprocess
+import sys
 import shutil
 
 import pytest
@@ -53,3 +55,20 @@ def test_a_tokenizer_without_a_pad_token_pads_with_its_end_of_sequence_token(tmp
     shutil.copy(resolve_model_dir("default") / "config.json", tmp_path)
     loaded = load_tokenizer(tmp_path)
     assert loaded.pad_token == loaded.eos_token and loaded.pad_token_id == tokenizer.eos_token_id
+
+
+def test_a_mistyped_local_path_is_named_as_one_not_looked_up_on_the_hub(tmp_path, monkeypatch):
+    # runs/finall has a hub id's shape (org/name); beside a runs/ folder it is a typo of runs/final
+    (tmp_path / "runs" / "final").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ModelNotFound) as refused:
+        resolve_model_dir("runs/finall")
+    message = str(refused.value)
+    assert message.startswith("no model folder runs/finall: runs/ exists here")
+    assert "did you mean runs/final?" in message and "hf download" not in message
+    result = subprocess.run([sys.executable, "-m", "rstar2", "chat", "--model", "runs/finall", "--prompt", "hi"],
+                            capture_output=True, text=True, timeout=120)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2 and len(errors) == 1 and "did you mean runs/final?" in errors[0]
+    with pytest.raises(ModelNotFound, match="not in the Hugging Face cache"):  # no local org: a hub id
+        resolve_model_dir("elsewhere/final")

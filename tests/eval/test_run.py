@@ -108,6 +108,23 @@ def test_resume_refuses_other_generation_settings(tmp_path):
                          resume=True)
 
 
+def test_resume_takes_the_same_model_folder_however_its_path_is_written(tmp_path, monkeypatch):
+    (tmp_path / "runs" / "final").mkdir(parents=True)
+    (tmp_path / "runs" / "other").mkdir()
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "eval"
+    out.mkdir()
+    settings = EvalSettings(benchmarks=["gsm8k"], model="runs/final")
+    (out / "config.json").write_text(json.dumps(settings.model_dump()))
+    (out / "samples.jsonl").write_text('{"partial": ')
+    for same in (str(tmp_path / "runs" / "final"), "./runs/final", "runs/../runs/final/"):
+        check_output_dir(out, settings.model_copy(update={"model": same}), resume=True)
+    with pytest.raises(RunConflict, match="model: 'runs/final' -> 'runs/other'"):
+        check_output_dir(out, settings.model_copy(update={"model": "runs/other"}), resume=True)
+    with pytest.raises(RunConflict, match="model: 'runs/final' -> 'org/final'"):  # a hub id, not the folder
+        check_output_dir(out, settings.model_copy(update={"model": "org/final"}), resume=True)
+
+
 def test_a_run_recorded_before_tool_specs_resumes_with_the_default_tools(tmp_path):
     settings = EvalSettings(benchmarks=["gsm8k"])
     older = {name: value for name, value in settings.model_dump(mode="json").items() if name != "tool_specs"}

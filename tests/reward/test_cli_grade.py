@@ -77,12 +77,28 @@ def test_the_old_name_of_the_answer_tag_rule_still_works_with_a_warning(tmp_path
     assert "warning: --any-boxed is now called --no-answer-tag" in result.output
 
 
-def test_a_file_that_is_not_jsonl_is_refused_by_line(tmp_path):
-    source = tmp_path / "broken.jsonl"
-    source.write_text('{"response": "x", "answer": "1"}\nnot json\n', encoding="utf-8")
+def test_lines_that_are_not_json_are_reported_and_the_rest_graded(tmp_path):
+    source = tmp_path / "outputs.jsonl"
+    right = json.dumps({"response": "<answer>\\boxed{1}</answer>", "answer": "1"})
+    wrong = json.dumps({"response": "<answer>\\boxed{2}</answer>", "answer": "3"})
+    source.write_text(f"{right}\nnot json\n[1, 2]\n\n{wrong}\n", encoding="utf-8")
+    out = tmp_path / "graded.jsonl"
+    result = runner.invoke(app, ["grade", str(source), "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    assert "error: line 2: not valid JSON" in result.output
+    assert "error: line 3: expected a JSON object, got list" in result.output
+    assert "accuracy 0.5000 (1/2 graded rows)" in result.output
+    graded = read_rows(out)  # the input's order, a row in place of each bad line
+    assert [row.get("correct") for row in graded] == [True, None, None, False]
+    assert graded[1]["grade_error"].startswith("not valid JSON") and graded[2]["grade_error"].startswith("expected")
+
+
+def test_a_file_with_no_json_line_is_refused(tmp_path):
+    source = tmp_path / "broken.csv"
+    source.write_text("response,answer\nx,1\n", encoding="utf-8")
     result = runner.invoke(app, ["grade", str(source)])
     assert result.exit_code == 2
-    assert "broken.jsonl:2: not valid JSON" in result.output
+    assert "broken.csv:1: not valid JSON" in result.output and "is it JSON Lines?" in result.output
     assert not (tmp_path / "broken.graded.jsonl").exists()
 
 
