@@ -6,6 +6,8 @@ usage line names arguments as their help does (``rstar2 train [OPTIONS] RECIPE``
 would write ``{RECIPE}``.
 """
 
+import os
+import sys
 from typing import NoReturn
 
 import typer
@@ -73,6 +75,17 @@ def root(
                                  help="Print rstar2's version and exit."),
 ) -> None:
     """Train and evaluate language models that reason with a Python tool (rStar2-Agent)."""
+    import_from_working_directory()
+
+
+def import_from_working_directory() -> None:
+    """Let ``module:function`` settings (``rl.reward``, ``rollout.tools``) name a module in the
+    directory the command runs from, as ``python -m`` and ``python script.py`` would: a
+    ``my_rewards.py`` beside the recipe is found without ``PYTHONPATH``. Appended, so an
+    installed package of the same name still wins."""
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.append(here)
 
 
 def command_group(name: str, help: str, **settings) -> typer.Typer:

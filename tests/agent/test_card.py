@@ -2,6 +2,7 @@
 it unless told otherwise: tried on a real folder saved from the real small model."""
 
 import json
+from pathlib import Path
 
 import httpx
 import pytest
@@ -132,3 +133,25 @@ def test_chat_refuses_a_card_whose_tool_does_not_import_in_one_line(tiny_models,
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "cannot import tests.agent.nowhere" in errors[0]
     assert "Traceback" not in result.output
+
+
+def test_a_tool_module_in_the_working_directory_is_found_without_pythonpath(tiny_models, tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    (tmp_path / "my_tools.py").write_text(
+        "from rstar2.agent.tools import function_schema\n\n"
+        "class Echo:\n"
+        "    name = 'echo'\n"
+        "    schema = function_schema('echo', 'Say it back.', {'text': {'type': 'string'}})\n\n"
+        "    async def call(self, arguments):\n"
+        "        return arguments.get('text', '')\n")
+    folder = shutil.copytree(tiny_models["llama"], tmp_path / "model")
+    write_card(folder, new_card(PromptConfig(variant="short"), 16, 1, "test", tools=(ToolSpec(use="my_tools:Echo"),)))
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
+    rstar2 = Path(sys.executable).with_name("rstar2")  # the console script: no "" on its sys.path
+    result = subprocess.run([str(rstar2), "chat", "--model", str(folder), "--prompt", "hi", "--dtype", "float32",
+                             "--temperature", "0", "--max-tokens", "16"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
