@@ -179,7 +179,8 @@ def show_call(call) -> None:
 @app.command("serve-model")
 def serve_model(
     model: Model = DEFAULT_MODEL,
-    engine: Engine = DEFAULT_ENGINE,
+    engine: str = typer.Option("hf", "--engine", hidden=True, help="Only hf: the embedded engine "
+                               "is the one serve-model serves."),
     tokenizer: Tokenizer = None,
     dtype: Dtype = DEFAULT_DTYPE,
     device: Device = "auto",

@@ -69,8 +69,8 @@ SandboxUrls = Annotated[Optional[list[str]], typer.Option(
 Device = Annotated[str, typer.Option(
     "--device", metavar="DEVICE", help="Where an in-process model runs: " + DEVICE_HELP)]
 Overrides = Annotated[Optional[list[str]], typer.Option(
-    "--set", metavar="KEY=VALUE", help="Dotted override of the recipe, repeatable, e.g. --set "
-    "rl.optimizer.lr=2e-6 --set rl.roc.mode=off (train) or --set train.epochs=2 (sft).")]
+    "--set", metavar="KEY=VALUE", help="Dotted override of one of the recipe's fields, "
+    "repeatable: --set section.field=value (docs/config.md lists every field).")]
 Resume = Annotated[bool, typer.Option(
     "--resume", help="Continue the run from its latest checkpoint (weights, optimizer, schedule, "
     "data position and RNG state).")]

@@ -79,8 +79,17 @@ def test_the_answer_tag_rule_has_one_name(command):
 @pytest.mark.parametrize("command", [("chat",), ("eval",), ("serve-model",)], ids=" ".join)
 def test_commands_that_run_a_model_share_the_model_options(command):
     text = help_of(command)
-    for option in ("--model", "--engine [hf|openai|vllm]", "--tokenizer DIR", "--dtype", "--device DEVICE"):
+    for option in ("--model", "--tokenizer DIR", "--dtype", "--device DEVICE", "--threads N"):
         assert option in text, option
+    # serve-model serves the embedded engine only: it offers no choice it would refuse
+    assert ("--engine [hf|openai|vllm]" in text) == (command != ("serve-model",))
+
+
+@pytest.mark.parametrize("command", [("train",), ("sft",)], ids=" ".join)
+def test_the_recipe_override_help_fits_every_command_that_takes_one(command):
+    text = help_of(command)
+    assert "--set KEY=VALUE" in text and "section.field=value" in text
+    assert "rl.optimizer" not in text and "train.epochs" not in text  # no other command's fields
 
 
 def test_serve_model_refuses_other_engines_in_words_before_loading_anything():
