@@ -26,6 +26,18 @@ PAPER_LIMITS = {"max_tokens": 30000, "max_turns": 30}  # §5.1, for a model with
 
 
 @eval_app.callback()
+def warn_of_paper_sizes(settings, limit: int | None) -> None:
+    """One line when a CPU run keeps the paper's sizes (16 samples, up to 30,000 tokens each,
+    every problem): what a GPU cluster does in minutes takes a CPU hours, and the user should
+    know before the first sample, not after the first hour."""
+    long = settings.max_tokens >= PAPER_LIMITS["max_tokens"]
+    if settings.n >= 16 or (long and limit is None):
+        typer.echo(f"note: {settings.n} samples of up to {settings.max_tokens} tokens per problem"
+                   f"{'' if limit else ', every problem'} on a CPU can take hours; -n, --max-tokens "
+                   f"and --limit make a run shorter (finished samples are kept: --resume continues)",
+                   err=True)
+
+
 def evaluate(
     ctx: typer.Context,
     bench: str = typer.Option(None, "--bench", "-b", metavar="BENCHES", help="Comma-separated benchmarks (aime2024, "
@@ -78,6 +90,7 @@ def evaluate(
         fail("--bench is required (e.g. --bench aime2024,math500); see `rstar2 eval --help`")
     from rstar2.agent.prompt import PromptConfig
     from rstar2.data import DataError, split_specs
+    from rstar2.engines.device import resolve_device
     from rstar2.eval.launch import RunFailed, default_out_dir, evaluate_and_report
     from rstar2.eval.runner import EvalSettings, RunConflict
 
@@ -97,6 +110,8 @@ def evaluate(
             answer_tag=(card.answer_tag if card else True) if answer_tag is None else answer_tag,
             limit=limit, concurrency=concurrency, data_dir=str(data_dir) if data_dir else None,
         )
+        if engine == "hf" and resolve_device(device).type == "cpu":
+            warn_of_paper_sizes(settings, limit)
         table = evaluate_and_report(settings, out or default_out_dir(settings), resume=resume,
                                     sandbox_urls=sandbox_url or None, sandbox_workers=sandbox_workers,
                                     show_progress=not quiet)

@@ -176,3 +176,15 @@ def test_a_sampling_value_float32_cannot_hold_is_refused_when_the_settings_load(
     with pytest.raises(ValidationError, match="float32"):
         RolloutConfig(**{field: 1e-300})
     assert getattr(EvalSettings(benchmarks=["gsm8k"], **{field: 2.0**-126}), field) == 2.0**-126
+
+
+def test_the_paper_sizes_on_a_cpu_come_with_a_note_of_how_long_they_take(capsys):
+    from rstar2.cli.eval import warn_of_paper_sizes
+
+    warn_of_paper_sizes(EvalSettings(benchmarks=["gsm8k"], n=16, max_tokens=30000), None)
+    note = capsys.readouterr().err
+    assert note.startswith("note: 16 samples of up to 30000 tokens per problem, every problem on a CPU can take hours")
+    assert "-n, --max-tokens and --limit" in note
+    warn_of_paper_sizes(EvalSettings(benchmarks=["gsm8k"], n=2, max_tokens=30000), 20)
+    warn_of_paper_sizes(EvalSettings(benchmarks=["gsm8k"], n=1, max_tokens=512), None)
+    assert capsys.readouterr().err == ""
