@@ -26,18 +26,6 @@ PAPER_LIMITS = {"max_tokens": 30000, "max_turns": 30}  # §5.1, for a model with
 
 
 @eval_app.callback()
-def warn_of_paper_sizes(settings, limit: int | None) -> None:
-    """One line when a CPU run keeps the paper's sizes (16 samples, up to 30,000 tokens each,
-    every problem): what a GPU cluster does in minutes takes a CPU hours, and the user should
-    know before the first sample, not after the first hour."""
-    long = settings.max_tokens >= PAPER_LIMITS["max_tokens"]
-    if settings.n >= 16 or (long and limit is None):
-        typer.echo(f"note: {settings.n} samples of up to {settings.max_tokens} tokens per problem"
-                   f"{'' if limit else ', every problem'} on a CPU can take hours; -n, --max-tokens "
-                   f"and --limit make a run shorter (finished samples are kept: --resume continues)",
-                   err=True)
-
-
 def evaluate(
     ctx: typer.Context,
     bench: str = typer.Option(None, "--bench", "-b", metavar="BENCHES", help="Comma-separated benchmarks (aime2024, "
@@ -122,6 +110,18 @@ def evaluate(
                    err=True)
         raise typer.Exit(130) from None
     typer.echo(table)
+
+
+def warn_of_paper_sizes(settings, limit: int | None) -> None:
+    """One line when a CPU run keeps the paper's sizes (16 samples, up to 30,000 tokens each,
+    every problem): what a GPU cluster does quickly takes a CPU far longer, and the user should
+    know before the first sample, not after hours of them."""
+    long = settings.max_tokens >= PAPER_LIMITS["max_tokens"]
+    if settings.n >= 16 or (long and limit is None):
+        typer.echo(f"note: {settings.n} samples of up to {settings.max_tokens} tokens per problem"
+                   f"{'' if limit else ', every problem'} on a CPU can take hours; -n, --max-tokens "
+                   f"and --limit make a run shorter (finished samples are kept: --resume continues)",
+                   err=True)
 
 
 @eval_app.command()
