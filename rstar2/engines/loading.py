@@ -82,23 +82,23 @@ def resolve_model_dir(spec: str | os.PathLike, weights: bool = True) -> Path:
     if path.exists():
         raise ModelNotFound(f"{path} is a file but not a .gguf model")
     if path.parent != Path(".") and path.parent.is_dir():
-        raise ModelNotFound(missing_local_folder(path))
+        raise ModelNotFound(missing_local_folder(str(spec), path))
     if split_hub_id(str(spec)) is None:
         raise ModelNotFound(f"model {str(spec)!r} not found: give 'default', a .gguf file, a "
                             "local model directory or a Hugging Face hub id (org/name)")
     return checked_model_dir(hub_snapshot(str(spec), weights), str(spec), weights)
 
 
-def missing_local_folder(path: Path) -> str:
-    """What to say of ``path`` whose parent folder exists here but which does not: a mistyped
-    local path (``runs/finall``), which has a hub id's shape but is not one -- a hub id's
-    ``org`` is never a folder the user is standing beside."""
+def missing_local_folder(spec: str, path: Path) -> str:
+    """What to say of ``path`` whose parent folder exists but which does not: a mistyped local
+    path. ``runs/finall`` has a hub id's shape but is not one -- a hub id's ``org`` is never a
+    folder the user is standing beside -- so it is named as a path, with the nearest folder."""
     folders = [child.name for child in path.parent.iterdir() if child.is_dir()]
     near = difflib.get_close_matches(path.name, folders, n=1)
     hint = f"; did you mean {path.parent / near[0]}?" if near else ""
-    return (f"no model folder {path}: {path.parent}/ exists here but holds no {path.name!r}{hint} "
-            f"(a name of the form org/name is looked up on the Hugging Face hub only when no "
-            f"local folder {path.parent}/ exists)")
+    hub = (f" (read as a local path: a name of the form org/name is looked up on the Hugging "
+           f"Face hub only where no folder {path.parent}/ is here)" if split_hub_id(spec) else "")
+    return f"model {spec!r} not found: {path.parent}/ holds no {path.name!r}{hint}{hub}"
 
 
 def checked_model_dir(path: Path, spec: str, weights: bool) -> Path:

@@ -64,8 +64,8 @@ def test_a_mistyped_local_path_is_named_as_one_not_looked_up_on_the_hub(tmp_path
     with pytest.raises(ModelNotFound) as refused:
         resolve_model_dir("runs/finall")
     message = str(refused.value)
-    assert message.startswith("no model folder runs/finall: runs/ exists here")
-    assert "did you mean runs/final?" in message and "hf download" not in message
+    assert message.startswith("model 'runs/finall' not found: runs/ holds no 'finall'; did you mean runs/final?")
+    assert "read as a local path" in message and "hf download" not in message
     result = subprocess.run([sys.executable, "-m", "rstar2", "chat", "--model", "runs/finall", "--prompt", "hi"],
                             capture_output=True, text=True, timeout=120)
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
