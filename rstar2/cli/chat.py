@@ -19,6 +19,7 @@ from rstar2.cli.app import app, fail
 from rstar2.cli.options import (DEFAULT_DTYPE, DEFAULT_ENGINE, DEFAULT_MODEL, AnswerTag, BaseUrl, Device,
                                  DrainTimeout, Dtype, Engine, MaxRequestMb, Model, PromptVariant, ReadTimeout,
                                  SandboxUrls, Threads, Tokenizer, announce_device, trained_card)
+from rstar2.service import READ_TIMEOUT_S
 
 console = Console()
 SPECIAL_TOKEN = re.compile(r"<\|[^|<>\s]+\|>")  # ChatML's <|im_end|> and the like
@@ -218,7 +219,7 @@ def serve_model(
         "the longest token's bytes.")),
     max_request_mb: MaxRequestMb = 32.0,
     drain_timeout_s: DrainTimeout = 30.0,
-    read_timeout_s: ReadTimeout = 30.0,
+    read_timeout_s: ReadTimeout = READ_TIMEOUT_S,
     weights_dir: Path = typer.Option(None, "--weights-dir", metavar="DIR", help=(
         "Allow POST /update_weights_from_disk for folders under DIR (off by default); needs "
         "--weights-token.")),

@@ -7,6 +7,7 @@ from rich.progress import Progress
 
 from rstar2.cli.app import app, fail
 from rstar2.cli.options import ANSWER_TAG_HELP
+from rstar2.data.jsonl import LineError
 from rstar2.reward.grading import DEFAULT_DEADLINE_S, WALL_CLOCK_ALLOWANCE
 from rstar2.reward.rows import RowError, RowsReport, grade_rows
 
@@ -47,13 +48,13 @@ def grade(
         old, new = ("--any-boxed", "--no-answer-tag") if any_boxed else ("--require-answer-tag", "--answer-tag")
         typer.echo(f"warning: {old} is now called {new}; the old name will be removed", err=True)
         answer_tag = not any_boxed
-    bad_lines: list = []  # reported and written back as such; the other rows are graded
+    bad_lines: list[LineError] = []  # reported and written back as such; the rest are graded
     try:
         numbered_rows = list(read_jsonl(source, bad_lines=bad_lines))
     except DataError as error:
         fail(error)
     if bad_lines and not numbered_rows:
-        fail(f"{bad_lines[0][1]}; no line of {source} is a JSON object (is it JSON Lines?)")
+        fail(f"{bad_lines[0]}; no line of {source} is a JSON object (is it JSON Lines?)")
     with Progress(transient=True) as progress:
         bar = progress.add_task("grading", total=len(numbered_rows))
         report = grade_rows(
@@ -73,16 +74,15 @@ def grade(
         raise typer.Exit(1)
 
 
-def add_bad_lines(report: RowsReport, row_lines: list[int], bad_lines: list) -> None:
+def add_bad_lines(report: RowsReport, row_lines: list[int], bad_lines: list[LineError]) -> None:
     """Put each line that is not a JSON object into ``report``: an error naming its line, and in
     the output a row ``{"grade_error": ...}`` at its place, so the output keeps the input's order."""
     if not bad_lines:
         return
     placed = [(line, row) for line, row in zip(row_lines, report.rows)]
-    for line, error in bad_lines:
-        message = str(error).split(": ", 1)[-1]  # the file is named once, by the command
-        report.errors.append(RowError(line, message))
-        placed.append((line, {"grade_error": message}))
+    for error in bad_lines:  # the file is named once, by the command: each line by its reason
+        report.errors.append(RowError(error.line, error.reason))
+        placed.append((error.line, {"grade_error": error.reason}))
     report.errors.sort(key=lambda error: error.line)
     report.rows = [row for _, row in sorted(placed, key=lambda item: item[0])]
 

@@ -76,6 +76,8 @@ Resume = Annotated[bool, typer.Option(
     "data position and RNG state).")]
 RunName = Annotated[Optional[str], typer.Option(
     "--name", metavar="NAME", help="Run name (the folder under runs_dir); overrides the recipe's `name`.")]
+
+
 def apply_threads(threads: int | None) -> int | None:
     """Make ``--threads`` the process's choice as soon as it is parsed, before any model
     loads (``rstar2.engines.loading.use_cpu_threads``)."""

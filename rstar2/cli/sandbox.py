@@ -8,6 +8,7 @@ import typer
 
 from rstar2.cli.app import command_group, fail
 from rstar2.cli.options import DrainTimeout, MaxRequestMb, ReadTimeout
+from rstar2.service import READ_TIMEOUT_S
 
 sandbox_app = command_group("sandbox", "The isolated Python execution service used for tool calls.",
                             no_args_is_help=True)
@@ -32,7 +33,7 @@ def serve(
                                              help="Run code WITHOUT bubblewrap (no namespaces): only for trusted code."),
     max_request_mb: MaxRequestMb = 8.0,
     drain_timeout_s: DrainTimeout = 10.0,
-    read_timeout_s: ReadTimeout = 30.0,
+    read_timeout_s: ReadTimeout = READ_TIMEOUT_S,
 ) -> None:
     """Start the sandbox service: POST /run, POST /run_batch, GET /health, GET /metrics, /docs.
 

@@ -6,6 +6,7 @@ import typer
 
 from rstar2.cli.app import app, fail
 from rstar2.cli.options import ReadTimeout
+from rstar2.service import READ_TIMEOUT_S
 
 DRAIN_TIMEOUT_S = 5.0  # on Ctrl-C or SIGTERM: the page's requests are quick
 
@@ -21,7 +22,7 @@ def view(
                                 "and one step's rollouts to this path instead of serving."),
     step: int = typer.Option(None, "--step", min=1, metavar="N", help="With --export: the step whose rollouts go in the file. "
                              "Default: the last step with rollouts logged."),
-    read_timeout_s: ReadTimeout = 30.0,
+    read_timeout_s: ReadTimeout = READ_TIMEOUT_S,
 ) -> None:
     """Serve a page of curves, rollouts (with RoC's verdicts and per-token log-probs), eval
     drill-downs and step timelines for RUN_DIRs; it picks up new lines while a run writes.

@@ -8,8 +8,8 @@ Contract:
 * With ``partial_tail_ok=True`` a last line that does not end in a newline and does not parse
   is skipped instead: that is what a writer killed mid-line leaves behind, and append-as-you-go
   logs (``rstar2.eval``'s ``samples.jsonl``) must survive it.
-* With ``bad_lines`` (a list), a line that is not a JSON object is appended there as
-  ``(line_number, DataError)`` and skipped instead: for a tool that reports the bad lines of a
+* With ``bad_lines`` (a list), a line that is not a JSON object is appended there as a
+  ``LineError`` (its ``line`` and ``reason``) and skipped instead: for a tool that reports the bad lines of a
   file and does the rest (``rstar2 grade`` over 10,000 outputs and one broken line).
 * ``write_jsonl(path, rows)`` writes a whole file atomically (temporary file, then rename), so
   a reader never sees half of it.
@@ -28,8 +28,17 @@ class DataError(ValueError):
     """A data file is missing, malformed, or has rows that break its contract."""
 
 
+class LineError(DataError):
+    """One line that is not a JSON object: ``path:line: reason``, with ``line`` and ``reason``
+    kept apart for a caller that names the file once and reports lines under it."""
+
+    def __init__(self, path: Path, line: int, reason: str):
+        super().__init__(f"{path}:{line}: {reason}")
+        self.line, self.reason = line, reason
+
+
 def read_jsonl(path: str | Path, *, partial_tail_ok: bool = False,
-               bad_lines: list[tuple[int, DataError]] | None = None) -> Iterator[tuple[int, dict]]:
+               bad_lines: list[LineError] | None = None) -> Iterator[tuple[int, dict]]:
     """``(line_number, object)`` for each non-blank line of ``path``; see the module docstring."""
     path = Path(path)
     if not path.is_file():
@@ -38,10 +47,10 @@ def read_jsonl(path: str | Path, *, partial_tail_ok: bool = False,
         for number, line in enumerate(handle, start=1):
             try:
                 value = value_of_line(path, number, line, partial_tail_ok) if line.strip() else None
-            except DataError as error:
+            except LineError as error:
                 if bad_lines is None:
                     raise
-                bad_lines.append((number, error))
+                bad_lines.append(error)
                 continue
             if value is not None:
                 yield number, value
@@ -55,9 +64,9 @@ def value_of_line(path: Path, number: int, line: str, partial_tail_ok: bool) -> 
     except json.JSONDecodeError as error:
         if partial_tail_ok and not line.endswith("\n"):
             return None
-        raise DataError(f"{path}:{number}: not valid JSON ({error.msg})") from error
+        raise LineError(path, number, f"not valid JSON ({error.msg})") from error
     if not isinstance(value, dict):
-        raise DataError(f"{path}:{number}: expected a JSON object, got {type(value).__name__}")
+        raise LineError(path, number, f"expected a JSON object, got {type(value).__name__}")
     return value
 
 

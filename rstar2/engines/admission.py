@@ -102,6 +102,11 @@ class Limits:
             context=context,
         )
 
+    def footprint(self, prompt_tokens: int, max_tokens: int) -> int:
+        """The KV tokens one sequence may come to hold: its prompt plus ``max_tokens``, capped at
+        the context (what the engine reserves when it admits it)."""
+        return min(prompt_tokens + max_tokens, self.context)
+
 
 def longest_token_bytes(tokenizer) -> int:
     """An upper bound of the UTF-8 bytes one token stands for: its vocabulary string's length
@@ -139,8 +144,9 @@ class Admission:
                 raise ServiceError(f"a text prompt of {size} bytes is over this server's limit of "
                                    f"{limits.max_prompt_bytes} bytes (it cannot fit the "
                                    f"{limits.context}-token context)")
-        self.check_sequence(min(1 + max_tokens, limits.context), "at least ")
-        self.check_cost(n * sequences * min(1 + max_tokens, limits.context), "at least ")
+        shortest = limits.footprint(1, max_tokens)
+        self.check_sequence(shortest, "at least ")
+        self.check_cost(n * sequences * shortest, "at least ")
 
     def cost(self, prompts: list[list[int]], n: int, max_tokens: int) -> int:
         """The KV tokens the request may hold (module docstring); 400 past the request limit
@@ -149,7 +155,7 @@ class Admission:
             if len(prompt) >= self.limits.context:
                 raise ServiceError(f"prompt of {len(prompt)} tokens exceeds the model's "
                                    f"{self.limits.context}-token context")
-        footprints = [min(len(p) + max_tokens, self.limits.context) for p in prompts]
+        footprints = [self.limits.footprint(len(p), max_tokens) for p in prompts]
         self.check_sequence(max(footprints))
         cost = n * sum(footprints)
         self.check_cost(cost)
@@ -234,9 +240,9 @@ class FairShare:
         call (its client left) cancels its sequences in the engine and drops the rest."""
         for prompt in prompts:
             self.engine.checked(prompt)
-        context = self.limits.context
-        turns = Turns(prompts, params, [min(len(p) + params.max_tokens, context) for p in prompts],
-                      asyncio.get_running_loop().create_future(), [None] * len(prompts))
+        footprints = [self.limits.footprint(len(p), params.max_tokens) for p in prompts]
+        turns = Turns(prompts, params, footprints, asyncio.get_running_loop().create_future(),
+                      [None] * len(prompts))
         self.waiting.append(turns)
         self.hand_over()
         try:

@@ -30,8 +30,8 @@ import hashlib
 import importlib.util
 import json
 import os
-import sys
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 

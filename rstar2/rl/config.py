@@ -195,8 +195,9 @@ class CheckpointConfig(Section):
     by time alone (every_minutes)."""
     every_minutes: float | None = Field(None, gt=0)
     """Also write one after the first step that ends every_minutes or more after the last
-    checkpoint (or the run's start): how much work a crash may cost, whatever a step takes. A small model's
-    checkpoint (weights and AdamW moments) can take longer to write than its step to run."""
+    checkpoint (or the run's start): how much work a crash may cost, whatever a step takes. A
+    small model's checkpoint (weights and AdamW moments) can take longer to write than its step
+    to run."""
     keep_last: int = Field(2, ge=1)
     """How many complete checkpoints to keep; older ones are deleted after a new one lands."""
 

@@ -13,9 +13,10 @@ Contract, in order:
    step appends a line to ``metrics.jsonl`` (``sft/loss``, ``sft/lr``, ``sft/tokens``,
    ``sft/sequences_per_s``, ``time/step``) and prints a progress line, as ``rstar2 train`` does;
 4. a checkpoint (weights, AdamW, schedule, RNGs; ``rstar2.rl.checkpoint``, atomic, written in
-   the background) every ``checkpoint.every_steps`` steps or ``every_minutes``, and at the last (an RL recipe can
-   start from it: ``rl.init.checkpoint``, weights only with ``reset_optimizer``); ``resume`` restores
-   the latest and continues with the very batches the interrupted run would have taken
+   the background) every ``checkpoint.every_steps`` steps or ``every_minutes``, and at the last
+   (an RL recipe can start from it: ``rl.init.checkpoint``, weights only with
+   ``reset_optimizer``); ``resume`` restores the latest and continues with the very batches the
+   interrupted run would have taken
    (``sft_batches`` depends on the seed and the number of conversations alone; a data file that
    changed in between is refused);
 5. the model is saved as a plain directory ``<run>/final`` with its card (``rstar2.json``:
