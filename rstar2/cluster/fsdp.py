@@ -35,6 +35,7 @@ from rstar2.rl.update import (
     logprob_drift,
     micro_batch_loss,
     recompute_logprobs,
+    rescored,
 )
 
 
@@ -93,8 +94,6 @@ def sharded_logprobs(model, sequences: Sequence[TrainSequence], settings: Update
     """``rstar2.rl.update.with_current_logprobs`` over the ranks: the same reordered sequences
     with the current policy's log-probs, each rank scoring its share of the micro-batches, and
     their drift from the engine's sampled log-probs over all ranks."""
-    import dataclasses
-
     rank, world = mesh.get_local_rank(), mesh.size()
     batches = micro_batches(sequences, settings.micro_batch_tokens)
     scored, drift = {}, LogprobDrift()
@@ -107,7 +106,7 @@ def sharded_logprobs(model, sequences: Sequence[TrainSequence], settings: Update
     dist.all_gather_object(gathered, (scored, drift))
     everything = {k: v for part, _ in gathered for k, v in part.items()}
     total = sum((d for _, d in gathered[1:]), gathered[0][1])
-    return [dataclasses.replace(s, old_logprobs=everything[b][row])
+    return [rescored(s, everything[b][row])
             for b, batch in enumerate(batches) for row, s in enumerate(batch)], total
 
 

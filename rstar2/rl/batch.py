@@ -26,8 +26,12 @@ class TrainSequence:
     loss_mask: list[int]
     """1 where the token is trained on (sampled by the model), 0 for tool responses."""
     old_logprobs: list[float]
-    """Log-probs of the response tokens under the policy that sampled them (0 where masked)."""
+    """Log-probs of the response tokens under the policy that sampled them (0 where masked):
+    the engine's, or the trainer's recomputation of them at the sampling weights."""
     advantage: float = 0.0
+    behaviour_logprobs: list[float] | None = None
+    """The engine's sampled log-probs where ``old_logprobs`` are the trainer's recomputation
+    (an engine with its own copy of the weights); None where the two are the same."""
 
     def __len__(self) -> int:
         return len(self.prompt_ids) + len(self.response_ids)

@@ -17,7 +17,9 @@ NaN, whatever their log-probs hold.
 Options, both off by default as in the paper: ``kl_coef`` adds β·k3(π_θ ‖ π_ref) per token
 (k3 = e^(ref - logprob) - (ref - logprob) - 1, GRPO's estimator; needs ``ref_logprobs``);
 ``entropy_coef`` subtracts c·entropy per token (needs ``entropy``). Entropy passed with a zero
-coefficient is only measured.
+coefficient is only measured. ``behaviour`` (the engine's sampled log-probs, where the engine
+holds another copy of the weights) multiplies each token's objective by its importance weight
+against the engine's policy (``rstar2.rl.correction``; ``LossConfig.behaviour_correction``).
 
 ``LossStats`` carries sums, so the trainer adds the stats of its micro-batches and reads
 clip fractions, entropy and KL as token means of the whole update.
@@ -33,6 +35,17 @@ from dataclasses import dataclass, fields
 import torch
 
 from rstar2.rl.config import LossConfig
+from rstar2.rl.correction import behaviour_weights
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """The log-probs the engine sampled the tokens with, where they differ from ``old_logprobs``
+    (the trainer's recomputation), and which rollout each token belongs to (for sequence-level
+    weights); both shaped like ``old_logprobs``. See ``rstar2.rl.correction``."""
+
+    logprobs: torch.Tensor
+    rollout_ids: torch.Tensor
 
 
 @dataclass
@@ -46,13 +59,19 @@ class LossStats:
     ratio_sum: float = 0.0
     entropy_sum: float | None = None
     kl_sum: float | None = None
+    behaviour_weight_sum: float | None = None
+    behaviour_weight_max: float | None = None
+    behaviour_corrected: float | None = None
+    mismatch_k3_sum: float | None = None
 
     def __add__(self, other: LossStats) -> LossStats:
-        def add(a: float | None, b: float | None) -> float | None:
-            return None if a is None and b is None else (a or 0.0) + (b or 0.0)
+        def combine(name: str, a: float | None, b: float | None) -> float | None:
+            if a is None or b is None:
+                return b if a is None else a
+            return max(a, b) if name.endswith("_max") else a + b
 
-        sums = {f.name: add(getattr(self, f.name), getattr(other, f.name)) for f in fields(self)}
-        return LossStats(**sums)
+        return LossStats(**{f.name: combine(f.name, getattr(self, f.name), getattr(other, f.name))
+                            for f in fields(self)})
 
     def summary(self) -> dict[str, float]:
         """Token means: policy loss, clip fractions (low = ratio under 1 - clip_low with A < 0,
@@ -71,6 +90,13 @@ class LossStats:
             means["loss/entropy"] = self.entropy_sum / n
         if self.kl_sum is not None:
             means["loss/kl"] = self.kl_sum / n
+        if self.behaviour_weight_sum is not None:
+            means.update({
+                "behaviour/weight_mean": self.behaviour_weight_sum / n,
+                "behaviour/weight_max": self.behaviour_weight_max,
+                "behaviour/corrected_share": self.behaviour_corrected / n,
+                "behaviour/mismatch_kl": self.mismatch_k3_sum / n,
+            })
         return means
 
 
@@ -83,6 +109,7 @@ def policy_loss(
     token_count: float | None = None,
     ref_logprobs: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
+    behaviour: Behaviour | None = None,
 ) -> tuple[torch.Tensor, LossStats]:
     """The loss to backpropagate for this micro-batch and its stats (module docstring)."""
     mask = loss_mask.bool()
@@ -95,8 +122,14 @@ def policy_loss(
     advantage = advantages.to(ratio.dtype)[:, None].expand_as(ratio)
     clipped_ratio = ratio.clamp(1 - config.clip_low, 1 + config.clip_high)
     objective = torch.minimum(ratio * advantage, clipped_ratio * advantage)
+    correction: dict[str, float] = {}
+    if behaviour is not None:
+        weights, correction = behaviour_weights(old_logprobs, behaviour.logprobs, behaviour.rollout_ids,
+                                                mask, config)
+        objective = objective * weights
     per_token = torch.where(mask, -objective, 0.0)
     stats = LossStats(
+        **correction,
         tokens=float(mask.sum()),
         policy_loss_sum=float(per_token.detach().sum()),
         clipped_low=float((mask & (advantage < 0) & (ratio < 1 - config.clip_low)).sum()),

@@ -16,7 +16,8 @@ in row order, each with its own old log-prob and its sequence's advantage.
 log-probs when the policy moved since sampling (an engine holding another copy of the weights,
 or a later mini-batch of the same step), and the reference log-probs of the KL option.
 ``with_current_logprobs`` also measures the ``LogprobDrift`` between the sampled log-probs and
-that recomputation (the trainer's ``logprob_drift/*`` metrics).
+that recomputation (the trainer's ``logprob_drift/*`` metrics) and keeps the sampled ones as the
+behaviour log-probs, against which the loss weights each token (``rstar2.rl.correction``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import torch
 from rstar2.engines.device import module_device
 from rstar2.rl.batch import TrainSequence, micro_batches
 from rstar2.rl.config import LossConfig
-from rstar2.rl.loss import LossStats, policy_loss, token_entropy, token_logprobs
+from rstar2.rl.loss import Behaviour, LossStats, policy_loss, token_entropy, token_logprobs
 from rstar2.rl.packing import PackedRow, pack_row, packed_attention, trained_logits
 
 
@@ -122,12 +123,28 @@ def micro_batch_loss(
         logits, targets = trained_logits(model, row)
     logprobs = token_logprobs(logits, targets, settings.temperature)[:, None]
     members = [batch[i] for i in row.sources]
-    old = torch.tensor([lp for s in members for lp, m in zip(s.old_logprobs, s.loss_mask) if m],
-                       device=logprobs.device)[:, None]
-    advantages = torch.tensor([s.advantage for s in members for m in s.loss_mask if m], dtype=torch.float32,
-                              device=logprobs.device)
+    old = loss_token_values(members, lambda s: s.old_logprobs, logprobs.device)
+    advantages = loss_token_values(members, lambda s: [s.advantage] * len(s.loss_mask), logprobs.device)[:, 0]
     return policy_loss(logprobs, old, advantages, torch.ones_like(old, dtype=torch.bool), settings.loss,
-                       token_count=token_count, ref_logprobs=ref, entropy=batch_entropy(logits, settings)[:, None])
+                       token_count=token_count, ref_logprobs=ref, entropy=batch_entropy(logits, settings)[:, None],
+                       behaviour=row_behaviour(members, logprobs.device))
+
+
+def loss_token_values(members: Sequence[TrainSequence], values: Callable[[TrainSequence], Sequence[float]],
+                      device: torch.device) -> torch.Tensor:
+    """``values`` of each sequence at its loss tokens, in row order, as a ``[tokens, 1]`` column."""
+    return torch.tensor([v for s in members for v, m in zip(values(s), s.loss_mask) if m],
+                        dtype=torch.float32, device=device)[:, None]
+
+
+def row_behaviour(members: Sequence[TrainSequence], device: torch.device) -> Behaviour | None:
+    """The engine's log-probs of the row's loss tokens when the trainer recomputed the old ones
+    (weighted as ``LossConfig.behaviour_correction`` says, measured even when 'off'); None when
+    the engine sampled from the trainer's own weights."""
+    if any(s.behaviour_logprobs is None for s in members):
+        return None
+    rollout_ids = torch.tensor([i for i, s in enumerate(members) for m in s.loss_mask if m], device=device)
+    return Behaviour(loss_token_values(members, lambda s: s.behaviour_logprobs, device), rollout_ids[:, None])
 
 
 def batch_entropy(logits: torch.Tensor, settings: UpdateSettings) -> torch.Tensor:
@@ -199,5 +216,12 @@ def with_current_logprobs(
     for batch in micro_batches(sequences, settings.micro_batch_tokens):
         fresh = recompute_logprobs(model, batch, settings)
         drift = drift + logprob_drift(fresh, batch)
-        result += [dataclasses.replace(sequence, old_logprobs=values) for sequence, values in zip(batch, fresh)]
+        result += [rescored(sequence, values) for sequence, values in zip(batch, fresh)]
     return result, drift
+
+
+def rescored(sequence: TrainSequence, fresh: list[float]) -> TrainSequence:
+    """``sequence`` with the trainer's recomputed log-probs as its old ones, keeping the engine's
+    as the behaviour log-probs the loss corrects against."""
+    behaviour = sequence.behaviour_logprobs if sequence.behaviour_logprobs is not None else sequence.old_logprobs
+    return dataclasses.replace(sequence, old_logprobs=fresh, behaviour_logprobs=behaviour)
