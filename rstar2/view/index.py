@@ -42,7 +42,7 @@ from rstar2.view.confined import ConfinedFolder, ViewError
 
 HEAD_BYTES = 256
 READ_BLOCK = 1 << 20
-CACHE_VERSION = 2  # 2: the summaries' digest
+CACHE_VERSION = 3  # 2: the summaries' digest; 3: rollout summaries say whether the row has its group's prompt
 
 Summarize = Callable[[dict], dict]
 

@@ -4,7 +4,7 @@
     run.describe()               # kind, steps, evals, and what is wrong with the folder
     run.metrics()                # the rows of metrics.jsonl
     run.rollouts(step)           # the step's rollout summaries and its groups with RoC's verdict
-    run.rollout(step, i)         # one whole rollout row
+    run.rollout(step, i)         # one whole rollout row, with its group's prompt
     run.eval_results(name)       # an eval run's results document
     run.eval_samples(name, bench, problem_id)
 
@@ -42,6 +42,9 @@ INDEX_DIR = ".view-index"
 STEP_FILE = re.compile(r"step_(\d+)\.jsonl")
 PROBLEM_FIELDS = ("bench", "problem_id", "sample", "gold", "pred", "correct", "response_tokens",
                   "generated_tokens", "turns", "tool_calls", "tool_errors", "stop_reason", "truncated", "seconds")
+GROUP_FIELDS = ("prompt", "special_tokens")
+"""What a group's rollouts share, logged once on the group's first row (the trainer's
+``group_prompt``) and served with each rollout of the group."""
 
 
 def rollout_summary(row: dict) -> dict:
@@ -55,7 +58,7 @@ def rollout_summary(row: dict) -> dict:
         "tool_calls": len(calls), "tool_errors": sum(call.get("status") != "ok" for call in calls),
         "tool_seconds": sum(call.get("duration_s", 0.0) for call in calls),
         "truncated": row.get("stop_reason") == "max_tokens", "logprobs": "token_logprobs" in row,
-        "span_s": row.get("span_s"),
+        "span_s": row.get("span_s"), "has_prompt": "prompt" in row,
     }
 
 
@@ -78,6 +81,21 @@ def group_verdicts(summaries: list[dict]) -> list[dict]:
         group["kept"] += bool(summary["kept"])
         group["tool_errors"] += summary["tool_errors"]
     return [groups[key] for key in sorted(groups)]
+
+
+def group_fields(index: LineIndex, row: dict) -> dict:
+    """The ``GROUP_FIELDS`` of ``row``'s group, read from the group's row that carries them;
+    none if no readable row of the group does."""
+    if "prompt" in row:
+        return {}
+    for line, summary in enumerate(index.summaries):
+        if summary.get("has_prompt") and summary.get("group") == row.get("group"):
+            try:
+                carrier = index.row(line)
+            except ValueError:
+                return {}
+            return {field: carrier[field] for field in GROUP_FIELDS if field in carrier}
+    return {}
 
 
 class EvalFolder:
@@ -260,13 +278,16 @@ class RunFolder:
                 "groups": group_verdicts(index.summaries), "warnings": warnings}
 
     def rollout(self, step: int, line: int) -> dict:
+        """Row ``line`` of the step, with its group's ``GROUP_FIELDS`` where the row itself
+        lacks them (all but the group's first row); a log without them is served as it is."""
         index = self.step_index(step)
         if not 0 <= line < index.count:
             raise ViewError(f"rollouts/step_{step}.jsonl has no rollout {line}")
         try:
-            return index.row(line)
+            row = index.row(line)
         except ValueError as error:
             raise ViewError(str(error), 422) from error
+        return {**group_fields(index, row), **row}
 
     def search(self, step: int, text: str) -> list[int]:
         """The lines of the step whose response, code or outputs contain ``text`` (any case)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import os
 import shutil
 from pathlib import Path
@@ -50,6 +51,24 @@ def run_folder(tmp_path_factory, rollout_pool, view_tokenizer) -> Path:
         for phase in ("base", "final"):
             off_the_loop(write_eval_run, folder / "eval" / phase, demo_tasks(TASKS), rollout_pool, grader)
     return folder
+
+
+def file_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def write_rows(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def served_rows(rows: list[dict]) -> list[dict]:
+    """The rows of a step file as the viewer serves them: each with its group's prompt and
+    special tokens, which the file holds on the group's first row only."""
+    shared: dict = {}
+    for row in rows:
+        if "prompt" in row:
+            shared.setdefault(row["group"], {key: row[key] for key in ("prompt", "special_tokens")})
+    return [{**shared.get(row["group"], {}), **row} for row in rows]
 
 
 def off_the_loop(function, *args):

@@ -12,13 +12,9 @@ import sys
 
 from benchmarks.view_bench import write_training_run
 from rstar2.reward import Grader
-from tests.view.conftest import STEPS, screenshot
+from tests.view.conftest import STEPS, file_rows, screenshot
 
 READY = "body[data-ready]"
-
-
-def file_rows(path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def open_page(page, viewer, *folders):

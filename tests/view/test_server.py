@@ -21,6 +21,7 @@ from rstar2.view.confined import ConfinedFolder
 from rstar2.view.index import LineIndex, digest
 from rstar2.view.server import create_app
 from tests.errors import error_message
+from tests.view.conftest import file_rows, served_rows, write_rows
 
 
 def listening_addresses(port: int) -> set[str]:
@@ -268,10 +269,32 @@ def test_a_corrupt_index_cache_is_rebuilt_not_served(run_copy, corruption):
         return [r.json() for r in responses]
 
     expected = answers()
-    assert expected[4:] == rows
+    assert expected[4:] == served_rows(rows)
     caches = [run_copy / ".view-index" / name for name in ("metrics.json", "rollouts/step_2.json", "eval/base/samples.json")]
     written = [cache.read_bytes() for cache in caches]
     for cache, raw in zip(caches, written):
         cache.write_bytes(CORRUPTIONS[corruption](raw, json.loads(raw)))
     assert answers() == expected
     assert [cache.read_bytes() for cache in caches] == written  # rewritten, as it was built the first time
+
+
+def test_each_rollout_is_served_with_its_groups_prompt(run_folder):
+    rows = file_rows(run_folder / "rollouts" / "step_2.jsonl")
+    assert sum("prompt" in row for row in rows) == len({row["group"] for row in rows})  # once per group in the file
+    client = TestClient(create_app([run_folder]))
+    served = [client.get(f"/api/runs/0/steps/2/rollouts/{line}").json() for line in range(len(rows))]
+    assert served == served_rows(rows)
+    for row in served:
+        assert row["prompt"].endswith("<reason>") and "execute_python_code_with_standard_io" in row["prompt"]
+        assert "<|im_end|>" in row["special_tokens"]
+
+
+def test_a_log_without_prompts_is_served_as_it_is(run_copy):
+    step = run_copy / "rollouts" / "step_2.jsonl"
+    old = [{key: value for key, value in row.items() if key not in ("prompt", "special_tokens")} for row in file_rows(step)]
+    write_rows(step, old)
+    client = TestClient(create_app([run_copy]))
+    assert len(client.get("/api/runs/0/steps/2").json()["rollouts"]) == len(old)
+    for line, row in enumerate(old):
+        response = client.get(f"/api/runs/0/steps/2/rollouts/{line}")
+        assert response.status_code == 200 and response.json() == row

@@ -204,7 +204,9 @@ async function openRollout(index) {
     el("div", { class: "bar" }, el("span", { class: correct ? "ok" : "bad" }, `answer ${row.answer ?? "(none)"} vs gold ${row.gold}: ${correct ? "correct" : "wrong"}`),
       el("span", {}, `penalty ${row.penalty.toFixed(2)}`), el("span", {}, row.kept ? "kept by RoC" : (row.group_dropped ? `group dropped (${row.group_dropped})` : "not kept by RoC")),
       el("span", {}, `stop: ${row.stop_reason}`), shading),
-    ...(S.shade && row.token_logprobs ? [logprobLegend(), renderTokens(row.token_logprobs)] : [renderTranscript(row.response, row.tool_calls)]));
+    renderPrompt(row.prompt, row.special_tokens),
+    ...(S.shade && row.token_logprobs ? [logprobLegend(), renderTokens(row.token_logprobs, row.special_tokens)]
+                                      : [renderTranscript(row.response, row.tool_calls, row.special_tokens)]));
 }
 
 // ------------------------------------------------------------------ eval

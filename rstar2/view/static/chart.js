@@ -18,30 +18,49 @@ function fmtNum(v) {
   return String(+v.toPrecision(3));
 }
 
-// Frame with axes, ticks and a title; returns the scale functions and the svg.
-function chartFrame(title, xs, ys, size) {
-  const W = size?.w || 420, H = size?.h || 230, L = 52, R = 12, T = size?.t || 22, B = 30;
+// Ticks a reader can use: every `step` apart, the step 1, 2 or 5 times a power of ten, about
+// `intervals` of them over [lo, hi]. `integer` keeps the step whole (training steps); `extend`
+// widens the range out to the ticks around it (a value axis), otherwise the ticks are the
+// multiples of the step inside it. A flat range (one value, or one point) is widened first.
+// Returns {lo, hi, ticks}, the ticks rounded to the step's decimals (0.6, not 0.6000000000000001).
+function niceTicks(lo, hi, intervals, { integer = false, extend = false } = {}) {
+  if (!(hi > lo)) { const pad = lo === 0 ? 1 : Math.abs(lo) * 0.1; lo -= pad; hi += pad; }
+  const raw = (hi - lo) / intervals, magnitude = 10 ** Math.floor(Math.log10(raw));
+  let step = [1, 2, 5, 10].map(m => m * magnitude).find(s => s >= raw * (1 - 1e-9));
+  if (integer) step = Math.max(1, step);
+  const decimals = Math.min(100, Math.max(0, -Math.floor(Math.log10(step)))), slack = 1e-9;
+  const at = k => +(k * step).toFixed(decimals);
+  const first = extend ? Math.floor(lo / step + slack) : Math.ceil(lo / step - slack);
+  const last = extend ? Math.ceil(hi / step - slack) : Math.floor(hi / step + slack);
+  const ticks = [];
+  for (let k = first; k <= last; k++) ticks.push(at(k));
+  return extend ? { lo: at(first), hi: at(last), ticks } : { lo, hi, ticks };
+}
+
+// Frame with axes, ticks and a title; returns the scale functions and the svg. The y axis runs
+// between round ticks; the x axis is the training step (whole ticks) unless `opts.xLabel` says
+// otherwise (`opts.wholeX: false` for a continuous one); `opts.yTicks: false` leaves y unmarked.
+function chartFrame(title, xs, ys, opts) {
+  const W = opts?.w || 420, H = opts?.h || 230, L = 52, R = 12, T = opts?.t || 22, B = 30;
   const svg = svgEl("svg", { width: W, height: H, class: "chart" });
-  let [x0, x1] = [Math.min(...xs), Math.max(...xs)];
-  let [y0, y1] = [Math.min(...ys), Math.max(...ys)];
-  if (x0 === x1) { x0 -= 1; x1 += 1; }
-  if (y0 === y1) { y0 -= y0 === 0 ? 1 : Math.abs(y0) * 0.1; y1 += y1 === 0 ? 1 : Math.abs(y1) * 0.1; }
+  const xAxis = niceTicks(Math.min(...xs), Math.max(...xs), 6, { integer: opts?.wholeX !== false });
+  const yAxis = niceTicks(Math.min(...ys), Math.max(...ys), 4, { extend: true });
+  const [x0, x1, y0, y1] = [xAxis.lo, xAxis.hi, yAxis.lo, yAxis.hi];
   const sx = x => L + (x - x0) / (x1 - x0) * (W - L - R);
   const sy = y => H - B - (y - y0) / (y1 - y0) * (H - T - B);
   svgEl("text", { x: L, y: 14, class: "title" }, svg).textContent = title;
-  for (let i = 0; i <= 4; i++) {
-    const y = y0 + (y1 - y0) * i / 4;
-    svgEl("line", { x1: L, x2: W - R, y1: sy(y), y2: sy(y), class: "grid" }, svg);
-    svgEl("text", { x: L - 4, y: sy(y) + 4, "text-anchor": "end" }, svg).textContent = fmtNum(y);
+  if (opts?.yTicks !== false) {
+    for (const y of yAxis.ticks) {
+      svgEl("line", { x1: L, x2: W - R, y1: sy(y), y2: sy(y), class: "grid" }, svg);
+      svgEl("text", { x: L - 4, y: sy(y) + 4, "text-anchor": "end", class: "ytick" }, svg).textContent = fmtNum(y);
+    }
   }
-  const xticks = Math.min(6, Math.floor(x1 - x0) || 1);
-  for (let i = 0; i <= xticks; i++) {
-    const x = Math.round(x0 + (x1 - x0) * i / xticks);
-    if (x >= x0 && x <= x1) svgEl("text", { x: sx(x), y: H - B + 14, "text-anchor": "middle" }, svg).textContent = x;
+  for (const x of xAxis.ticks) {
+    svgEl("text", { x: sx(x), y: H - B + 14, "text-anchor": "middle", class: "xtick" }, svg).textContent = fmtNum(x);
   }
   svgEl("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, class: "axis" }, svg);
   svgEl("line", { x1: L, x2: L, y1: T, y2: H - B, class: "axis" }, svg);
-  svgEl("text", { x: W - R, y: H - 4, "text-anchor": "end" }, svg).textContent = "step";
+  svgEl("text", { x: W - R, y: H - 4, "text-anchor": "end" }, svg).textContent = opts?.xLabel || "step";
   return { svg, sx, sy, W, H, L, R, T, B };
 }
 
@@ -97,9 +116,8 @@ function laneChart(title, lanes, legend) {
   const ends = lanes.flatMap(l => l.spans.map(s => s[1]));
   if (!ends.length) return null;
   const rowH = 12, H = 60 + rowH * lanes.length;
-  const f = chartFrame(title, [0, Math.max(...ends)], [0, 1], { w: 760, h: H, t: 40 });
-  f.svg.querySelectorAll("text[text-anchor=end]").forEach(t => { if (t.getAttribute("x") < f.L) t.remove(); });
-  f.svg.lastChild.textContent = "seconds";
+  const f = chartFrame(title, [0, Math.max(...ends)], [0, 1],
+                       { w: 760, h: H, t: 40, xLabel: "seconds", wholeX: false, yTicks: false });
   lanes.forEach((lane, i) => {
     const y = 40 + i * rowH;
     svgEl("text", { x: f.L - 4, y: y + rowH - 3, "text-anchor": "end" }, f.svg).textContent = lane.label;

@@ -1,5 +1,6 @@
-// Rendering of one trajectory (reasoning, tool calls with highlighted code, the sandbox's
-// output, the answer), per-token log-prob shading, and markdown tables: plain DOM, no library.
+// Rendering of one trajectory (the prompt, reasoning, tool calls with highlighted code, the
+// sandbox's output, the answer), per-token log-prob shading, and markdown tables: plain DOM, no
+// library. Every text goes into the page as a text node or an attribute value, never as HTML.
 "use strict";
 
 function el(tag, attrs, ...children) {
@@ -42,13 +43,47 @@ function callCode(raw) {
 
 const LOOKS_FAILED = /Traceback|Error\b|timed out|TimeoutError/;
 
+// The chat template's special tokens as a regex alternation: the tokenizer's own list where the
+// log recorded it (training rollouts), else tokens of the common <|name|> form (eval samples).
+function specialPattern(specials) {
+  const names = (specials || []).filter(s => typeof s === "string" && s).sort((a, b) => b.length - a.length);
+  return names.length ? names.map(s => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")).join("|") : "<\\|[^|<>\\s]+\\|>";
+}
+
+// Text with its special tokens hidden: a token that opens a turn header (`<|im_start|>user`)
+// becomes a labelled boundary naming the turn's role, and the others (end of turn, end of text)
+// are dropped. The log keeps the exact text; this is only how the page shows it.
+function templateText(text, specials) {
+  const sp = specialPattern(specials);
+  const mark = new RegExp(`(?:${sp})(\\w+)(?:(?:${sp})\\n*|\\n)|(?:${sp})\\n?`, "g");
+  const out = [];
+  let last = 0;
+  for (const m of text.matchAll(mark)) {
+    out.push(text.slice(last, m.index));
+    if (m[1] !== undefined) out.push(el("span", { class: "turn", title: m[0] }, m[1]));
+    last = m.index + m[0].length;
+  }
+  out.push(text.slice(last));
+  return out.filter(part => part !== "");
+}
+
+// The prompt the model saw (chat template, system prompt with the tool description, question),
+// folded away until asked for.
+function renderPrompt(prompt, specials) {
+  if (typeof prompt !== "string") return el("p", { class: "note prompt-missing" }, "prompt: not recorded in this run's log");
+  return el("details", { class: "prompt" }, el("summary", {}, `prompt as the model saw it (${prompt.length} characters)`),
+            el("div", { class: "prompt-text" }, templateText(prompt, specials)));
+}
+
 // The response as the model saw it. `calls` (training rollouts) gives each call's status, so a
 // failed call's output is red; without it (eval samples) the output's own text decides.
-function renderTranscript(text, calls) {
+// `specials`: the tokenizer's special tokens, hidden as `templateText` says.
+function renderTranscript(text, calls, specials) {
   const box = el("div", { class: "transcript" });
+  const plain = part => templateText(part, specials);
   let last = 0, nCall = 0, nOut = 0;
   for (const m of text.matchAll(SEGMENT)) {
-    box.append(text.slice(last, m.index));
+    box.append(...plain(text.slice(last, m.index)));
     if (m[1] !== undefined) {
       const call = calls ? calls[nCall] : null;
       const code = call && call.code != null ? call.code : callCode(m[1].replace(/^<tool_call>|<\/tool_call>$/g, ""));
@@ -61,25 +96,28 @@ function renderTranscript(text, calls) {
       const body = m[2].replace(/^<tool_response>\n?|\n?<\/tool_response>$/g, "");
       const failed = call ? call.status !== "ok" : LOOKS_FAILED.test(body);
       box.append(el("span", { class: "tool-out" + (failed ? " failed" : "") },
-                    el("span", { class: "head" }, `sandbox output ${nOut + 1}` + (call ? ` · ${call.status}` : "")), "\n", body));
+                    el("span", { class: "head" }, `sandbox output ${nOut + 1}` + (call ? ` · ${call.status}` : "")), "\n", ...plain(body)));
       nOut++;
     } else {
-      box.append(el("span", { class: "answer-box" }, m[3]));
+      box.append(el("span", { class: "answer-box" }, plain(m[3])));
     }
     last = m.index + m[0].length;
   }
-  box.append(text.slice(last));
+  box.append(...plain(text.slice(last)));
   return box;
 }
 
 // Each response token shaded by its sampled log-prob: white at p = 1, red as p falls;
-// tokens the model did not sample (tool output, template) are grey.
-function renderTokens(tokens) {
+// tokens the model did not sample (tool output, template) are grey. Every token is shown, the
+// special ones (end of turn, ...) marked as such: here they are tokens with a log-prob.
+function renderTokens(tokens, specials) {
+  const special = new RegExp(`^(?:${specialPattern(specials)})$`);
   const box = el("div", { class: "transcript tokens" });
   for (const [piece, lp] of tokens) {
-    if (lp === null) { box.append(el("span", { class: "tok forced", title: "not sampled (tool output or template)" }, piece)); continue; }
+    const marked = special.test(piece) ? " special" : "";
+    if (lp === null) { box.append(el("span", { class: "tok forced" + marked, title: "not sampled (tool output or template)" }, piece)); continue; }
     const alpha = Math.min(1, -lp / 4);
-    box.append(el("span", { class: "tok", title: `log p = ${lp.toFixed(3)}, p = ${Math.exp(lp).toFixed(3)}`,
+    box.append(el("span", { class: "tok" + marked, title: `log p = ${lp.toFixed(3)}, p = ${Math.exp(lp).toFixed(3)}`,
                             style: `background: rgba(230, 60, 40, ${alpha.toFixed(3)})` }, piece));
   }
   return box;
