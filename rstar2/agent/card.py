@@ -7,7 +7,7 @@ calling the tool. So the folders that ``rstar2 demo``, ``rstar2 train`` and the 
 it unless an option says otherwise.
 
     write_card(run_dir / "final", ModelCard(prompt=..., max_response_tokens=256, max_turns=3))
-    card = read_card("runs/cpu-demo/final")      # None for 'default', a .gguf, a served name
+    card = read_card("runs/cpu-demo/final")      # or a hub id; None for 'default', a .gguf
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rstar2.agent.prompt import PromptConfig, tool_schema
 from rstar2.agent.tools import ToolSpec
+from rstar2.engines.hub import ModelNotFound, hub_snapshot, split_hub_id
 
 CARD_FILE = "rstar2.json"
 
@@ -67,17 +68,25 @@ def write_card(directory: str | Path, card: ModelCard) -> Path:
     return path
 
 
-def card_path(model: str | None) -> Path | None:
-    """Where the card of a model spec would be: only a local model directory has one."""
+def card_path(model: str | None, hub: bool = True) -> Path | None:
+    """Where the card of a model spec is: in a local model directory, or (``hub``) in the hub
+    snapshot of a hub id (``rstar2 publish`` uploads it with the weights); None when it has
+    none, or when the hub id cannot be resolved (loading the model then says why). A server's
+    model name is no hub id: its card comes from the server (``hub=False``)."""
     if not model:
         return None
-    path = Path(model).expanduser() / CARD_FILE
-    return path if path.is_file() else None
+    path = Path(model).expanduser()
+    if hub and not path.exists() and split_hub_id(model) is not None:
+        try:
+            path = hub_snapshot(model, weights=False)
+        except ModelNotFound:
+            return None
+    return path / CARD_FILE if (path / CARD_FILE).is_file() else None
 
 
-def read_card(model: str | None) -> ModelCard | None:
-    """The card of a model directory, or None when it has none."""
-    path = card_path(model)
+def read_card(model: str | None, hub: bool = True) -> ModelCard | None:
+    """The card of a model directory or hub id (``card_path``), or None when it has none."""
+    path = card_path(model, hub)
     if path is None:
         return None
     try:

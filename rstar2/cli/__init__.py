@@ -14,6 +14,7 @@ from rstar2.cli import train  # noqa: F401  (registers `rstar2 train`)
 from rstar2.cli import sft  # noqa: F401  (registers `rstar2 sft`)
 from rstar2.cli import demo  # noqa: F401  (registers `rstar2 demo`)
 from rstar2.cli import view  # noqa: F401  (registers `rstar2 view`)
+from rstar2.cli import publish  # noqa: F401  (registers `rstar2 publish`)
 
 
 def main() -> None:

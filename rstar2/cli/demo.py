@@ -46,6 +46,7 @@ def demo(
     from rstar2.demo.pipeline import SECTION as DEMO_SECTION
     from rstar2.demo.pipeline import run_demo
     from rstar2.rl.config import LoggingConfig
+    from rstar2.rl.silence import NothingLearned
     from rstar2.run.recipe import ConfigError, read_recipe
 
     path = NAMED_RECIPES.get(recipe, Path(recipe))
@@ -61,3 +62,5 @@ def demo(
         run(path, settings + extra, name)
     except (FileExistsError, ConfigError, DataError, ValidationError, ModelNotFound) as error:
         fail(error)
+    except NothingLearned as error:  # its RL phase ran and failed, as `rstar2 train` does
+        fail(error, code=1)

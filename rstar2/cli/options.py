@@ -173,10 +173,11 @@ def trained_card(model: str, tokenizer: str | None = None, base_url: str | None 
     from rstar2.agent.card import CardError, ModelCard, card_path, read_card
 
     try:
+        hub = base_url is None  # a served model's name is the server's, not the hub's
         for source in (model, tokenizer):
-            card = read_card(source)
+            card = read_card(source, hub)
             if card is not None:
-                typer.echo(f"using {card_path(source)}: {card.summary()}", err=True)
+                typer.echo(f"using {card_path(source, hub)}: {card.summary()}", err=True)
                 return card
     except CardError as error:
         fail(error)

@@ -29,6 +29,9 @@ def train(
 
     Everything goes to runs/<name>/: metrics.jsonl, rollouts/step_N.jsonl, checkpoints/ and,
     at the end, final/ (a model directory for `rstar2 chat --model` and `rstar2 eval --model`).
+    A run that stops because it learned nothing for rl.max_silent_steps steps (every group's
+    rollouts scored alike, or every reward call failed) says why in one error line and exits 1;
+    input refused before the run starts exits 2.
     """
     from rstar2.agent.tools import ToolConfigError
     from rstar2.cluster.architectures import UnknownArchitecture
@@ -38,6 +41,7 @@ def train(
     from rstar2.engines.loading import ModelNotFound
     from rstar2.run.recipe import ConfigError, load_config
     from rstar2.rl.checkpoint import RunExists
+    from rstar2.rl.silence import NothingLearned
     from rstar2.reward import RewardError
     from rstar2.run import training
 
@@ -57,6 +61,8 @@ def train(
     except (RunExists, ImportError, PlacementError, UnknownArchitecture, UnsupportedPlacement,
             SandboxServicesDown, ModelNotFound, RewardError, ToolConfigError) as error:
         fail(error)  # ImportError: an extra is missing
+    except NothingLearned as error:  # it ran, and failed: not a refusal of its input
+        fail(error, code=1)
     typer.echo(f"done: metrics in {config.run_dir / 'metrics.jsonl'}, trained model in {final}")
 
 

@@ -71,7 +71,8 @@ class LearnerRank:
             load_checkpoint(start, self.model, restore_rng=False)
         shard_policy(self.model, self.mesh, self.model_config.compute_dtype)
         self.optimizer = build_optimizer(self.model.parameters(), self.settings.optimizer)
-        self.scheduler = build_scheduler(self.optimizer, self.settings.optimizer)
+        self.scheduler = build_scheduler(self.optimizer, self.settings.optimizer,
+                                         self.settings.total_updates)
 
     def learning_rate(self) -> float:
         return self.scheduler.get_last_lr()[0]

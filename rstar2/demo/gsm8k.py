@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -50,9 +50,7 @@ from rstar2.data.difficulty import split_by_pass_rate
 from rstar2.demo.pipeline import Evaluator, load_pipeline_recipe, machine_dtypes, run_pipeline, train_and_evaluate
 from rstar2.engines.loading import load_tokenizer
 from rstar2.eval.launch import agent_solver
-from rstar2.eval.metrics import paired_difference
 from rstar2.eval.runner import SAMPLES_JSONL, EvalSettings, run_eval
-from rstar2.eval.samples import read_outcomes
 from rstar2.reward import Grader
 from rstar2.rl.runlog import read_metrics
 from rstar2.run.config import RunConfig
@@ -225,9 +223,7 @@ async def phases(settings: GSM8KSettings, config: RunConfig, url: str, grader: G
     rows = read_metrics(config.run_dir)
     return {"evaluated_on": f"{settings.test} ({data.counts['eval_problems']} of {total})", "data": data.counts,
             "curriculum": curriculum, **summary,
-            "rl_pass_rate_per_step": [row["reward/accuracy"] for row in rows],
-            "rl_groups_with_signal_per_step": [row["reward/groups_with_signal"] for row in rows],
-            "rl_vs_sft": paired_gain(config.run_dir / "eval" / "sft", config.run_dir / "eval" / "final")}
+            "rl_pass_rate_per_step": [row["reward/accuracy"] for row in rows]}
 
 
 async def rl_problems(settings: GSM8KSettings, config: RunConfig, candidates: list[Problem], evaluate: Evaluator,
@@ -269,11 +265,3 @@ async def rl_problems(settings: GSM8KSettings, config: RunConfig, candidates: li
             "never": len(split.never), "candidate_steps": [steps[0], steps[-1]],
             "mean_pass_rate": float(np.mean(list(split.pass_rates.values())))}
 
-
-def paired_gain(before: Path, after: Path) -> dict:
-    """``after``'s accuracy minus ``before``'s over the problems both evaluated, with the 95%
-    bootstrap interval of that difference resampled by problem (paired)."""
-    first, second = ({o.problem_id: float(o.correct) for o in read_outcomes(run / SAMPLES_JSONL).values()}
-                     for run in (before, after))
-    paired = paired_difference(first, second)
-    return {} if paired is None else asdict(paired)

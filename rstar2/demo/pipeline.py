@@ -11,7 +11,8 @@
 3. **GRPO-RoC** with the recipe (``recipes/cpu-demo.yaml``) on the RL set, through the same
    wiring as ``rstar2 train`` (``rstar2.run.training.run_training``: the same training-set
    filters, the same ``config.yaml``), with the SFT'd policy, the demo's engine and sandbox
-   handed to its ``LocalPlacement``.
+   handed to its ``LocalPlacement``; a few held-out probes during it, a learning curve (the
+   ``validation:`` section on a fixed subset of the held-out set, ``PROBE_PROBLEMS``).
 4. **Evaluation** of the base, the SFT-only and the final model on the held-out set, greedy, with
    the eval harness (``rstar2.eval.runner``); curves of the RL phase as ``curves.png``.
 
@@ -32,6 +33,7 @@ import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import TypeVar
 
@@ -46,6 +48,7 @@ from rstar2.data.benchmarks import load_benchmark
 from rstar2.demo.plot import plot_curves
 from rstar2.engines.loading import load_tokenizer, loadable_model_dir
 from rstar2.eval.launch import agent_solver
+from rstar2.eval.metrics import paired_difference
 from rstar2.eval.runner import SAMPLES_JSONL, EvalSettings, run_eval
 from rstar2.eval.samples import SampleOutcome, read_outcomes
 from rstar2.reward import Grader
@@ -60,6 +63,7 @@ from rstar2.sandbox import SandboxClient, local_sandbox
 from rstar2.sft.config import AgentFormat, SFTConfig, SFTDataConfig, SFTModelConfig, SFTTraining
 from rstar2.sft.dataset import sft_traces, split_tasks, write_problems, write_traces
 from rstar2.sft.run import run_sft
+from rstar2.sft.tasks import Task
 from rstar2.sft.train import SFTSettings
 
 DEFAULT_RECIPE = RECIPES / "cpu-demo.yaml"
@@ -70,6 +74,15 @@ SettingsT = TypeVar("SettingsT", bound=BaseModel)
 
 
 SECTION = "demo"
+
+PROBES_FILE = "heldout_probes.jsonl"
+PROBE_PROBLEMS = 12
+PROBE_EVERY_STEPS = 4
+"""The RL phase's held-out probes where the recipe's ``validation:`` section does not say
+otherwise: ``PROBE_PROBLEMS`` held-out problems spread evenly over the set (so both levels),
+answered greedily before the first step, every ``PROBE_EVERY_STEPS`` steps and after the last:
+few and small, because each probe is a greedy evaluation the RL phase waits for
+(docs/demo.md has what they cost)."""
 
 
 class DemoSettings(BaseModel):
@@ -84,7 +97,8 @@ class DemoSettings(BaseModel):
     sft_broken_share: float = Field(0.2, ge=0, le=1, description="Share of SFT traces whose first "
                                     "call fails and is fixed.")
     rl_problems: int = Field(400, ge=1, description="RL training problems (hard).")
-    heldout_problems: int = Field(60, ge=2, description="Held-out problems, half basic, half hard.")
+    heldout_problems: int = Field(300, ge=2, description="Held-out problems, half basic, half hard: "
+                                  "enough for the paired difference of two models to show a gain.")
     sft: SFTSettings = Field(default_factory=lambda: SFTSettings(epochs=1, batch_size=8, lr=1e-4, warmup_steps=3),
                              description="The cold-start SFT.")
     sft_model: str | None = Field(None, description="Skip the SFT: start RL from this model directory "
@@ -110,16 +124,19 @@ def run_demo(recipe: str | Path = DEFAULT_RECIPE, overrides: Sequence[str] = (),
              console: Console | None = None) -> dict:
     """Run the whole demo (module docstring); returns the summary also written to summary.json."""
     console = console or Console()
-    settings, config = load_pipeline_recipe(recipe, overrides, name, SECTION, DemoSettings)
+    settings, config = load_pipeline_recipe(recipe, overrides, name, SECTION, DemoSettings, probes=PROBES_FILE)
     config = machine_dtypes(config, console)
     return run_pipeline(config, lambda url, grader, out: phases(settings, config, url, grader, out), console)
 
 
 def load_pipeline_recipe(path: str | Path, overrides: Sequence[str], name: str | None, section: str,
-                         settings_type: type[SettingsT]) -> tuple[SettingsT, RunConfig]:
+                         settings_type: type[SettingsT], probes: str | None = None) -> tuple[SettingsT, RunConfig]:
     """A pipeline recipe's two parts: its own ``section`` (``demo:``, ``gsm8k:``; absent means
     the defaults) and the RL run, which trains on the run's own ``data/rl_train.jsonl`` and
-    starts from the section's ``sft_model`` when one is given. Every bad field of either is
+    starts from the section's ``sft_model`` when one is given; with ``probes`` (a file the
+    pipeline writes in ``data/``) the RL run validates on it every ``PROBE_EVERY_STEPS`` steps,
+    in each field of ``validation:`` the recipe and its overrides leave unset
+    (``--set validation.every_steps=null`` turns the probes off). Every bad field of either is
     refused here, before anything is written."""
     tree = read_recipe(path, overrides)
     try:
@@ -129,9 +146,18 @@ def load_pipeline_recipe(path: str | Path, overrides: Sequence[str], name: str |
         raise ConfigError(f"{path}: " + "; ".join(lines)) from None
     name = tree["name"] = str(name or tree.get("name"))
     tree.setdefault("data", {})["train"] = str(Path(tree.get("runs_dir", "runs")) / name / "data" / "rl_train.jsonl")
+    if probes:  # beside the training problems
+        tree["validation"] = {"data": str(Path(tree["data"]["train"]).with_name(probes)),
+                              "every_steps": PROBE_EVERY_STEPS, **(tree.get("validation") or {})}
     if settings.sft_model:
         tree.setdefault("model", {})["path"] = settings.sft_model
     return settings, validate_config(tree, source=str(path))
+
+
+def probe_subset(heldout: Sequence[Task]) -> list[Task]:
+    """``PROBE_PROBLEMS`` of the ``heldout`` tasks, spread evenly over them: the held-out set is
+    its basic half, then its hard half, and the probes need both."""
+    return list(heldout[::max(len(heldout) // PROBE_PROBLEMS, 1)][:PROBE_PROBLEMS])
 
 
 def machine_dtypes(config: RunConfig, console: Console) -> RunConfig:
@@ -186,6 +212,7 @@ async def phases(settings: DemoSettings, config: RunConfig, url: str, grader: Gr
         write_problems(run_dir / "data" / "sft_problems.jsonl", splits.sft)
         write_problems(Path(config.data.train), splits.rl)
         heldout = write_problems(run_dir / "data" / "heldout.jsonl", splits.heldout)
+        write_problems(run_dir / "data" / PROBES_FILE, probe_subset(splits.heldout))
         timings["data"] = time.perf_counter() - clock
         console.print(f"[bold]data[/]: {len(traces)} SFT traces, {len(splits.rl)} RL problems, "
                       f"{len(splits.heldout)} held-out problems in {run_dir / 'data'}")
@@ -227,7 +254,7 @@ async def train_and_evaluate(settings, config: RunConfig, tokenizer, sandbox, ur
         final = await evaluate("final", model)
     finally:
         await engine.close()
-    rows = read_metrics(run_dir)
+    rows = read_metrics(run_dir, before_training=True)
     plot_curves(rows, run_dir / "curves.png", f"GRPO-RoC on SmolLM2-135M ({config.name})")
     return summary_of(base, sft, final, rows, losses, timings | evaluate.seconds)
 
@@ -289,7 +316,11 @@ def error_ratio(outcomes: list[SampleOutcome]) -> float:
 
 def summary_of(base: Phase | None, sft: Phase, final: Phase, rows: list[dict], sft_losses: list[float],
                timings: dict[str, float]) -> dict:
-    """The demo's figures: held-out results per phase, and the RL curves' start and end."""
+    """The demo's figures: held-out results per phase, the final model's paired gain over the
+    SFT model, what each RL step learned from, and the RL curves' start and end."""
+    probes = {row["step"]: row["val/accuracy"] for row in rows if "val/accuracy" in row}
+    rows = [row for row in rows if row["step"] > 0]  # step 0 holds only the first probe
+
     def first_last(key: str) -> list[float]:
         values = [row[key] for row in rows if key in row]
         return [values[0], values[-1]] if values else []
@@ -297,13 +328,27 @@ def summary_of(base: Phase | None, sft: Phase, final: Phase, rows: list[dict], s
     return {
         "heldout": {**({"base": base.model_dump()} if base else {}), "sft": sft.model_dump(),
                     "final": final.model_dump()},
+        "rl_vs_sft": paired_gain(Path(sft.results).parent, Path(final.results).parent),
         "sft_loss_first_last": [sft_losses[0], sft_losses[-1]] if sft_losses else [],
         "rl_steps": len(rows),
+        "rl_probe_accuracy_by_step": probes,
+        "rl_groups_with_signal_per_step": [row["reward/groups_with_signal"] for row in rows],
+        "rl_groups_used_per_step": [row["roc/groups_used"] / row["roc/groups"] for row in rows],
         "rl_accuracy_first_last": first_last("reward/accuracy"),
         "rl_tool_error_in_positives_first_last": first_last("tools/error_ratio_in_positives"),
         "rl_seconds_per_step": sum(row["time/step"] for row in rows) / max(len(rows), 1),
         "phase_seconds": timings,
     }
+
+
+def paired_gain(before: Path, after: Path) -> dict:
+    """``after``'s accuracy minus ``before``'s over the problems both evaluated, with the 95%
+    bootstrap interval of that difference resampled by problem (paired): the two models answered
+    the same problems, so their difference is far better measured than either accuracy."""
+    first, second = ({o.problem_id: float(o.correct) for o in read_outcomes(run / SAMPLES_JSONL).values()}
+                     for run in (before, after))
+    paired = paired_difference(first, second)
+    return {} if paired is None else asdict(paired)
 
 
 def closing_note(summary: dict, run_dir: Path) -> str:
@@ -327,6 +372,14 @@ def closing_note(summary: dict, run_dir: Path) -> str:
                  f"tool-error ratio in correct rollouts {err_text}")
     if signal:
         lines.append(f"RL groups with signal per step: {', '.join(f'{share:.0%}' for share in signal)}")
+    probes = summary.get("rl_probe_accuracy_by_step")
+    if probes:
+        lines.append("held-out probes during RL: " + ", ".join(f"step {step} {accuracy:.0%}"
+                                                               for step, accuracy in probes.items()))
+    used = summary.get("rl_groups_used_per_step")
+    if used:
+        lines.append(f"RL groups reaching the update per step: {', '.join(f'{share:.0%}' for share in used)} "
+                     f"(mean {sum(used) / len(used):.0%}; the others had one outcome only, before or after RoC)")
     seconds = ", ".join(f"{phase} {value:.0f}" for phase, value in summary["phase_seconds"].items())
     lines += [f"wall time {summary['wall_time_s'] / 60:.1f} min (seconds: {seconds})",
               f"run folder {run_dir}: curves.png, summary.json, metrics.jsonl, rollouts/, eval/*/results.md, "

@@ -1,5 +1,6 @@
 """The demo's training curves as one PNG: reward, accuracy, tool-error ratio inside correct
-rollouts (the report's Fig. 4 quantity) and response length, per RL step."""
+rollouts (the report's Fig. 4 quantity) and response length, per RL step; the accuracy panel
+also carries the held-out probes (greedy, from step 0 before training) where the run made them."""
 
 from __future__ import annotations
 
@@ -7,24 +8,28 @@ from collections.abc import Sequence
 from pathlib import Path
 
 PANELS = (
-    ("reward/mean", "reward (kept rollouts)"),
-    ("reward/accuracy", "accuracy (all sampled rollouts)"),
-    ("tools/error_ratio_in_positives", "tool-error ratio in correct rollouts"),
-    ("response/length_mean", "response length (tokens)"),
+    (("reward/mean",), "reward (kept rollouts)"),
+    (("reward/accuracy", "val/accuracy"), "accuracy: sampled rollouts, held-out probes"),
+    (("tools/error_ratio_in_positives",), "tool-error ratio in correct rollouts"),
+    (("response/length_mean",), "response length (tokens)"),
 )
 
 
 def plot_curves(rows: Sequence[dict], target: Path, title: str) -> Path:
-    """Write the four curves of ``rows`` (``metrics.jsonl`` rows) to ``target``."""
+    """Write the curves of ``rows`` (``metrics.jsonl`` rows, step 0's probe included) to ``target``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    steps = [row["step"] for row in rows]
     figure, axes = plt.subplots(2, 2, figsize=(10, 6.5))
-    for axis, (key, label) in zip(axes.flat, PANELS):
-        axis.plot(steps, [row.get(key, float("nan")) for row in rows], marker="o", markersize=3)
+    for axis, (keys, label) in zip(axes.flat, PANELS):
+        for key in keys:
+            points = [(row["step"], row[key]) for row in rows if key in row]
+            if points:
+                axis.plot(*zip(*points), marker="o", markersize=3, label=key)
+        if len(axis.lines) > 1:
+            axis.legend(fontsize=8)
         axis.set_title(label, fontsize=10)
         axis.set_xlabel("RL step")
         axis.grid(alpha=0.3)

@@ -6,16 +6,19 @@ Modules, each one idea:
 * ``roc``          -- Resample-on-Correct's rules: penalties, keep counts, choices (no torch);
 * ``advantage``    -- the group step, one class per ``rl.roc.mode``: kept rollouts and advantages;
 * ``loss``         -- the clipped policy loss, token-level normalisation, loss mask, optional KL/entropy;
-* ``optim``        -- AdamW with linear warm-up then constant learning rate;
+* ``optim``        -- AdamW with linear warm-up then a constant or cosine learning rate;
 * ``prompt_order`` -- the resumable order in which training prompts are drawn;
 * ``checkpoint``   -- atomic, resumable checkpoints;
 * ``batch``        -- packing rollouts into left-padded micro-batches, response logits;
 * ``update``       -- one optimizer update: micro-batches, gradient accumulation, clipping;
 * ``policy``       -- loading the policy (LoRA optional) and saving it as a model directory;
+* ``publish``      -- a saved model directory onto the Hugging Face hub;
 * ``metrics``      -- the numbers a step reports; ``runlog`` -- where they go;
 * ``timing``       -- wall time of overlapping phases (tool calls during rollouts);
 * ``sampler``      -- rollouts of a batch of problems through the agent, graded as each ends;
 * ``learner``      -- the ``Learner`` protocol and ``LocalLearner``, the policy in this process;
+* ``validation``   -- greedy probes of the policy on a held-out set during training;
+* ``silence``      -- when a run has learned nothing, and the error it then fails with;
 * ``trainer``      -- the step loop. A run is built around it by ``rstar2.run``.
 
 Nothing is re-exported here, so ``import rstar2.rl.config`` stays free of torch.

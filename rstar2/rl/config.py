@@ -117,9 +117,19 @@ class LossConfig(Section):
 
 class OptimizerConfig(Section):
     lr: float = Field(1e-6, gt=0)
-    """AdamW learning rate after warm-up; constant afterwards (paper: 1e-6)."""
+    """AdamW learning rate after warm-up, kept or decayed as ``schedule`` says (paper: 1e-6)."""
     warmup_steps: int = Field(20, ge=0)
-    """Linear warm-up length in rollout steps (paper: 20)."""
+    """Linear warm-up length in optimizer updates, which are rollout steps while
+    ``rl.updates_per_step`` is 1 (paper: 20)."""
+    schedule: Literal["constant", "cosine"] = "constant"
+    """After warm-up: 'constant' keeps ``lr`` (the paper's); 'cosine' decays it along half a
+    cosine to ``lr`` x ``min_lr_ratio`` at the run's last update (``rl.steps`` x
+    ``rl.updates_per_step``), the schedule TRL and verl offer. A resumed run continues the
+    curve where it stopped. The count starts with the schedule: a stage that
+    continues another's (``init.reset_optimizer`` false) counts that stage's updates too, so a
+    cosine stage should start its own (``init.reset_optimizer`` true)."""
+    min_lr_ratio: float = Field(0.0, ge=0, le=1)
+    """With ``schedule`` cosine: the share of ``lr`` the last update uses (0 decays to zero)."""
     betas: tuple[float, float] = (0.9, 0.999)
     """AdamW moment decay rates."""
     eps: float = Field(1e-8, gt=0)
@@ -155,10 +165,12 @@ class RLConfig(Section):
     """Most tokens per forward/backward pass; sequences are packed up to this (release: 20480)."""
     max_silent_steps: int | None = Field(None, ge=1)
     """Stop the run after this many steps in a row that trained nothing (every group's rollouts
-    scored alike, so no update ran and the policy is unchanged). None: one pass over the
-    training problems, and at least 3 steps: by then the unchanged policy has met every problem,
-    so a collapsed policy (one answer to everything) or problems all out of its reach end the
-    run there instead of spending the rest of it. The model so far is checkpointed and exported."""
+    scored alike, so no update ran and the policy is unchanged), or whose reward calls all
+    failed. None: one pass over the training problems, and at least 3 steps: by then the
+    unchanged policy has met every problem, so a collapsed policy (one answer to everything),
+    problems all out of its reach or a broken reward end the run there instead of spending the
+    rest of it. The model so far is checkpointed and exported, and the run fails: ``rstar2
+    train`` (and ``rstar2 demo``) print why in one error line and exit with code 1."""
     reward: str | None = None
     """Your reward function as ``package.module:function`` (docs/reward.md), called with
     (response, gold, row) in deadline-bounded workers; null is the built-in verifier (the

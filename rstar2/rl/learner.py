@@ -18,7 +18,8 @@ Colocation: when the engine samples from this very model, the sampled log-probs 
 policy's and a weight push only drops the engine's stale caches; otherwise the engine holds its
 own copy, the push sends the state dict, and the old log-probs are recomputed before updating;
 their distance to the sampled ones is kept in ``measured`` (``logprob_drift/mean|max``, see
-``update.LogprobDrift``), which the trainer adds to the step's metrics.
+``update.LogprobDrift``), which the trainer adds to the step's metrics, and the loss weights
+each token against the engine's sampling policy (``rstar2.rl.correction``).
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ class LearnerSettings:
     """Where the policy starts when the run has no checkpoint of its own."""
     updates_per_step: int
     """Optimizer updates per rollout batch."""
+    total_updates: int
+    """Optimizer updates the run plans (``rl.steps`` x ``updates_per_step``): where a cosine
+    schedule ends."""
     checkpoints: Path
     """The run's checkpoint directory (absolute: ranks on other nodes write into it)."""
     keep_last: int
@@ -111,7 +115,7 @@ class LocalLearner:
         self.engine = engine
         self.colocated = engine.samples_from(model)
         self.optimizer = build_optimizer(model.parameters(), settings.optimizer)
-        self.scheduler = build_scheduler(self.optimizer, settings.optimizer)
+        self.scheduler = build_scheduler(self.optimizer, settings.optimizer, settings.total_updates)
         self.reference: torch.nn.Module | None = None
         self.measured: dict[str, float] = {}
         """Metrics the last ``learn`` measured besides its loss stats (``logprob_drift/*``)."""

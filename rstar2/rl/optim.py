@@ -1,17 +1,27 @@
-"""AdamW with a linear warm-up to a constant learning rate (report §4.3).
+"""AdamW with a linear warm-up, then a constant learning rate (report §4.3) or a cosine decay.
 
     optimizer = build_optimizer(model.parameters(), config.rl.optimizer)
-    scheduler = build_scheduler(optimizer, config.rl.optimizer)   # scheduler.step() once per update
+    scheduler = build_scheduler(optimizer, config.rl.optimizer, total_updates)   # step() per update
 
 Update k (0-based) uses lr · min(1, (k + 1) / warmup_steps): the first update already moves
 (a schedule starting at 0, like transformers' constant-with-warm-up, would spend a whole rollout
 step, 16K rollouts at paper scale, on an update of size zero), and update ``warmup_steps - 1``
-reaches the full rate, which then stays constant.
+reaches the full rate. ``schedule`` 'constant' (the paper's) keeps it there. 'cosine' then
+decays it along half a cosine, lr · (r + (1 - r) · (1 + cos(π · p)) / 2) with r =
+``min_lr_ratio``, p going from 0 at the last warm-up update (the full rate) to 1 at update
+``total_updates - 1`` (lr · r), where it stays should the run go on. An RL step that trains
+nothing (RoC dropped every group) takes no update, so a run with such steps ends a little
+above lr · r.
+
+The rate is a function of the update count alone, and the count is what a checkpoint keeps
+(``scheduler.pt``), so a resumed run built with the same settings continues the curve where it
+stopped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Callable, Iterable
 
 import torch
 from torch.optim.lr_scheduler import LambdaLR
@@ -27,7 +37,30 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], config: OptimizerConfi
     )
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, config: OptimizerConfig) -> LambdaLR:
-    """Linear warm-up over ``warmup_steps`` updates, then constant."""
+def build_scheduler(optimizer: torch.optim.Optimizer, config: OptimizerConfig,
+                    total_updates: int | None = None) -> LambdaLR:
+    """The schedule ``config`` names (module docstring); ``total_updates``, the optimizer
+    updates the run plans, sets where a cosine ends and may be None for a constant one."""
+    return LambdaLR(optimizer, lr_factor(config, total_updates))
+
+
+def lr_factor(config: OptimizerConfig, total_updates: int | None) -> Callable[[int], float]:
+    """The share of ``config.lr`` update k uses."""
     warmup = config.warmup_steps
-    return LambdaLR(optimizer, lambda k: min(1.0, (k + 1) / warmup) if warmup else 1.0)
+
+    def warming(k: int) -> float:
+        return min(1.0, (k + 1) / warmup) if warmup else 1.0
+
+    if config.schedule == "constant":
+        return warming
+    if total_updates is None:
+        raise ValueError("a cosine schedule needs the run's total number of optimizer updates")
+    full = max(warmup, 1) - 1  # the last warm-up update, the first at the full rate
+    decay = max(total_updates - 1 - full, 1)
+    floor = config.min_lr_ratio
+
+    def cosine(k: int) -> float:
+        progress = min(max((k - full) / decay, 0.0), 1.0)
+        return warming(k) * (floor + (1.0 - floor) * (1.0 + math.cos(math.pi * progress)) / 2)
+
+    return cosine

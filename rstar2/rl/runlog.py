@@ -11,9 +11,11 @@ command refuses the run in one line before it loads a model, rather than when th
 its logs.
 
 ``metrics.jsonl`` holds one object per completed step (``{"step": N, ...metrics}``), appended
-and flushed as each step ends. A run resumed from the checkpoint of step s first drops any
-line of a later step (written by the killed run after its last checkpoint), so the file
-always describes one run.
+and flushed as each step ends, and, in an RL run with a ``validation:`` section, one of step 0:
+the held-out probe of the policy before its first step (``rstar2.rl.validation``), which
+``read_metrics`` leaves out unless asked. A run resumed from the checkpoint of step s first
+drops any line of a later step (written by the killed run after its last checkpoint), and a run
+started afresh drops every line, so the file always describes one run.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ LOGGER_PACKAGES = {
 
 CONSOLE_FIELDS = (
     ("reward/accuracy", "acc", "{:.2f}"),
+    ("val/accuracy", "val", "{:.2f}"),
     ("reward/groups_with_signal", "signal", "{:.2f}"),
     ("reward/mean", "reward", "{:.2f}"),
     ("tools/call_rate", "calls", "{:.2f}"),
@@ -101,19 +104,22 @@ def console_line(step: int, total: int, metrics: Mapping[str, float]) -> str:
 
 
 def keep_steps_before(path: Path, resume_step: int) -> None:
-    """Drop the lines of steps after ``resume_step`` (all of them when starting afresh)."""
+    """Drop the lines of steps after ``resume_step`` (all of them, step 0's too, when starting
+    afresh)."""
     if not path.is_file():
         return
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = path.read_text(encoding="utf-8").splitlines() if resume_step else []
     kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= resume_step]
     path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
 
 
-def read_metrics(run_dir: str | Path) -> list[dict]:
-    """The rows of a run's ``metrics.jsonl``, in step order."""
+def read_metrics(run_dir: str | Path, before_training: bool = False) -> list[dict]:
+    """The rows of a run's completed steps in ``metrics.jsonl``, in step order; with
+    ``before_training`` also the row of step 0 (the validation probe before the first step),
+    which holds none of a step's own metrics."""
     path = Path(run_dir) / "metrics.jsonl"
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return sorted(rows, key=lambda row: row["step"])
+    return sorted((row for row in rows if before_training or row["step"] > 0), key=lambda row: row["step"])
 
 
 def missing_logger(config: LoggingConfig) -> str | None:

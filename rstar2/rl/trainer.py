@@ -21,8 +21,14 @@ the ``Sampler`` that rolls out and grades (``rstar2.rl.sampler``) and the traini
    ``rollouts/step_N.jsonl``; checkpoint (atomic, written while the next step runs), so a run
    killed at any moment loses at most the step in progress and the one being written.
 
-A run whose last ``rl.max_silent_steps`` steps all trained nothing stops early, checkpointed
-(``Trainer.silent_steps_limit``): its policy did not change while it met every problem.
+With a ``Validator`` (the run's ``validation:`` section, ``rstar2.rl.validation``) the policy
+also answers a held-out set greedily before the first step of a fresh run, after every
+``every_steps``-th step and after the last; its ``val/*`` numbers join that step's row (step 0
+gets a row of its own), and training's batches and random streams are the same as without it.
+
+A run whose last ``rl.max_silent_steps`` steps all trained nothing (its policy did not change
+while it met every problem), or all had every reward call fail, stops there, checkpointed, and
+fails (``rstar2.rl.silence``: ``NothingLearned``; ``Trainer.silent_steps_limit``).
 
 Randomness: the prompt order is a function of (seed, position); RoC's generator and every
 rollout's sampling stream are derived from (seed, step) (the sampler gives each rollout its own
@@ -42,6 +48,7 @@ import numpy as np
 from rstar2.agent.trajectory import Trajectory
 from rstar2.data.problems import Problem
 from rstar2.engines.sampling import derive_seed
+from rstar2.reward import Score
 from rstar2.rl.advantage import GroupAlgorithm, group_algorithm
 from rstar2.rl.batch import TrainSequence
 from rstar2.rl.config import CheckpointConfig, LoggingConfig, RLConfig
@@ -51,6 +58,8 @@ from rstar2.rl.prompt_order import PromptOrder
 from rstar2.rl.roc import GroupDecision
 from rstar2.rl.runlog import RunLog
 from rstar2.rl.sampler import Sampler
+from rstar2.rl.silence import SilenceWatch
+from rstar2.rl.validation import Validator
 
 
 @dataclass(frozen=True)
@@ -78,12 +87,13 @@ class Trainer:
     learner and the rollouts to the sampler, so either can change without touching the step."""
 
     def __init__(self, config: TrainerSettings, learner: Learner, sampler: Sampler,
-                 problems: Sequence[Problem], console=None):
+                 problems: Sequence[Problem], console=None, validator: Validator | None = None):
         self.config = config
         self.learner = learner
         self.sampler = sampler
         self.problems = list(problems)
         self.console = console
+        self.validator = validator
         self.order = PromptOrder(len(self.problems), config.seed, shuffle=config.shuffle)
         self.completed_steps = 0
         self.last_checkpoint_at = time.monotonic()  # or the start: what a crash would lose
@@ -98,40 +108,52 @@ class Trainer:
                                      shuffle=self.config.shuffle)
 
     async def run(self) -> list[dict]:
-        """Train until ``rl.steps`` are complete; returns the metrics of the steps run now."""
+        """Train until ``rl.steps`` are complete; returns the metrics of the steps run now.
+        Raises ``NothingLearned`` (``rstar2.rl.silence``) when the run stopped because it
+        learned nothing, after its last step is logged and checkpointed."""
         log = RunLog(self.config.run_dir, self.config.logging, self.config.rl.steps,
                      resume_step=self.completed_steps, console=self.console,
                      run_config=self.config.recipe)
         history = []
-        silent, limit = 0, self.silent_steps_limit()
+        watch = SilenceWatch(self.silent_steps_limit())
         try:
             # the restored (or initial) policy samples the next step
             await self.learner.push_weights(self.completed_steps)
-            while self.completed_steps < self.config.rl.steps:
-                metrics, rows, trained = await self.train_step(self.completed_steps)
+            if self.completed_steps == 0 and self.validator is not None:
+                log.step(0, await self.validate())  # a resumed run logged its own
+            while self.completed_steps < self.config.rl.steps and not watch.reached():
+                metrics, rows, trained, scores = await self.train_step(self.completed_steps)
                 self.completed_steps += 1
-                silent = 0 if trained else silent + 1
-                stopping = silent >= limit and self.completed_steps < self.config.rl.steps
+                watch.record(trained, scores)
+                if self.validator is not None and self.validator.due(self.completed_steps, self.config.rl.steps):
+                    metrics.update(await self.validate())
                 log.rollouts(self.completed_steps, rows)
                 log.step(self.completed_steps, metrics)  # before the checkpoint: a resume
-                self.save_if_due(force=stopping)         # from the previous one drops this line
+                self.save_if_due(force=watch.reached())  # from the previous one drops this line
                 history.append(metrics)
-                if stopping:
-                    self.report_silent_stop(silent)
-                    break
         finally:
             log.close()
             self.learner.wait_saved()
+        if watch.reached():
+            raise watch.verdict(self.completed_steps, self.config.rl.steps, self.config.run_dir,
+                                self.config.rl.reward)
         return history
+
+    async def validate(self) -> dict[str, float]:
+        """The validator's probe of the weights the engine holds, which are then pushed again
+        (the same version) so that nothing the probe left cached reaches the next step."""
+        metrics = await self.validator()
+        await self.learner.push_weights(self.completed_steps)
+        return metrics
 
     def silent_steps_limit(self) -> int:
         """``rl.max_silent_steps``, or one pass over the problems and at least 3 steps."""
         rl = self.config.rl
         return rl.max_silent_steps or max(-(-len(self.problems) // rl.prompts_per_step), 3)
 
-    async def train_step(self, step: int) -> tuple[dict, list[dict], bool]:
-        """One rollout step (module docstring); returns its metrics, its rollout log rows and
-        whether an update ran (False when RoC dropped every group)."""
+    async def train_step(self, step: int) -> tuple[dict, list[dict], bool, list[Score]]:
+        """One rollout step (module docstring); returns its metrics, its rollout log rows,
+        whether an update ran (False when RoC dropped every group) and its reward calls."""
         started = time.perf_counter()
         problems = [self.problems[i] for i in self.order.next_batch(self.config.rl.prompts_per_step)]
         batch = await self.sampler.sample(problems, derive_seed(self.config.seed, step))
@@ -147,23 +169,12 @@ class Trainer:
         metrics = step_metrics(batch.groups, decisions, stats, grad_norm, lr, timings)
         metrics.update(self.learner.measured)
         metrics.update(weight_version_metrics([r for g in batch.groups for r in g], step))
-        self.report_reward_failures(step + 1, [r.score for g in batch.groups for r in g if r.score is not None])
+        scores = [r.score for g in batch.groups for r in g if r.score is not None]
+        self.report_reward_failures(step + 1, scores)
         shown = self.config.logging.rollouts_per_step
         rows = rollout_rows(step + 1, problems[:shown], batch.groups[:shown], decisions[:shown],
                             self.sampler.tokenizer)
-        return metrics, rows, stats is not None
-
-    def report_silent_stop(self, silent: int) -> None:
-        """Why the run ends before ``rl.steps``, and where to look."""
-        if self.console is None:
-            return
-        step = self.completed_steps
-        self.console.print(
-            f"[yellow]stopped after step {step} of {self.config.rl.steps}: the last {silent} steps trained "
-            f"nothing (every group's rollouts scored alike) while the unchanged policy met the "
-            f"{len(self.problems)} training problems; usually a collapsed policy (the same answer to "
-            f"everything: see rollouts/step_{step}.jsonl, a lower rl.optimizer.lr) or problems out of its "
-            f"reach. The model of step {step} is saved; rl.max_silent_steps sets this limit.[/]")
+        return metrics, rows, stats is not None, scores
 
     def report_reward_failures(self, step: int, scores) -> None:
         """One console line for a step whose reward calls failed (the counts are metrics)."""
@@ -200,7 +211,8 @@ def rollout_rows(step: int, problems: Sequence[Problem], groups: Sequence[Sequen
     ``rstar2 view``'s per-token shading, each response token's text with its sampled log-prob
     (null for tokens the model did not sample: tool responses, template separators), and for its
     timeline when the rollout started, ended and was graded (``Rollout.span_s``), and the weight
-    version it was sampled under (``Trajectory.weight_version``)."""
+    version it was sampled under (``Trajectory.weight_version``). The first row of each group also
+    carries what its rollouts share (``group_prompt``), once rather than in every row."""
     rows = []
     for group_index, (problem, group, decision) in enumerate(zip(problems, groups, decisions)):
         for index, rollout in enumerate(group):
@@ -219,6 +231,7 @@ def rollout_rows(step: int, problems: Sequence[Problem], groups: Sequence[Sequen
                 "token_logprobs": token_logprobs(t, tokenizer),
                 "span_s": rollout.span_s,
                 "weight_version": t.weight_version,
+                **(group_prompt(t, tokenizer) if index == 0 else {}),
             })
     return rows
 
@@ -228,4 +241,12 @@ def token_logprobs(trajectory: Trajectory, tokenizer) -> list[list]:
     pieces = tokenizer.batch_decode([[token] for token in trajectory.response_ids])
     return [[piece, round(logprob, 4) if sampled else None]
             for piece, logprob, sampled in zip(pieces, trajectory.logprobs, trajectory.loss_mask)]
+
+
+def group_prompt(trajectory: Trajectory, tokenizer) -> dict:
+    """The prompt as the model saw it (its token ids decoded: chat template, system prompt with
+    the tool description, question) and the tokenizer's special tokens, which the log keeps in
+    the text (it is what the model produced) and ``rstar2 view`` hides."""
+    return {"prompt": tokenizer.decode(trajectory.prompt_ids),
+            "special_tokens": list(tokenizer.all_special_tokens)}
 

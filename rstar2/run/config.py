@@ -3,10 +3,12 @@
     config = load_config("recipes/qwen3-14b-stage1.yaml", ["rl.optimizer.lr=2e-6"])   # .recipe
 
 ``RunConfig`` holds ``model`` and ``rl`` (with ``roc``/``loss``/``optimizer``/``init``),
-``checkpoint`` and ``logging`` (``rstar2.rl.config``), ``data`` (the training set), ``rollout``
-(the agent's limits and sampling, ``rstar2.agent.rollout.RolloutConfig``, handed to the agent as
-it is), ``engine`` (what generates the rollouts, ``rstar2.engines.factory``), ``sandbox`` (where
-tool calls run) and ``cluster`` (``rstar2.cluster.config``; null trains in this process). Every
+``checkpoint`` and ``logging`` (``rstar2.rl.config``), ``data`` (the training set),
+``validation`` (held-out problems the policy answers during training, ``rstar2.rl.validation``),
+``rollout`` (the agent's limits and sampling, ``rstar2.agent.rollout.RolloutConfig``, handed to
+the agent as it is), ``engine`` (what generates the rollouts, ``rstar2.engines.factory``),
+``sandbox`` (where tool calls run) and ``cluster`` (``rstar2.cluster.config``; null trains in
+this process). Every
 field carries its documentation as the docstring under it; defaults are the paper's values
 (§4.3), so a recipe states what differs. Each component is handed only its own section
 (``rstar2.run.settings``). Checks that span sections (a greedy training rollout, LoRA with an
@@ -53,6 +55,30 @@ class DataConfig(Section):
     (a curriculum, e.g. the GSM8K recipe's easiest-first RL set)."""
 
 
+class ValidationConfig(Section):
+    """Held-out probes during training (``rstar2.rl.validation``); what they do and log is the
+    ``RunConfig.validation`` field's description, which the configuration reference shows."""
+
+    data: str | None = None
+    """The held-out problems, in the same form as ``data.train`` (a JSONL or Parquet file, a
+    data set by name, ...) and read through the same ``data.fields``; problems whose prompt
+    exceeds ``data.max_prompt_tokens`` are skipped, as in training."""
+    split: str | None = None
+    """The split of ``data`` to read where it has several (a hub data set's 'test')."""
+    every_steps: int | None = Field(None, ge=1)
+    """Probe after every this many steps (and before the first, after the last); null: no
+    validation, ``data`` unused. Each probe costs about one greedy evaluation of ``data``."""
+    limit: int | None = Field(None, ge=1)
+    """Only the first this many problems of ``data`` (after the prompt-length filter)."""
+
+    @model_validator(mode="after")
+    def has_data(self) -> ValidationConfig:
+        if self.every_steps is not None and self.data is None:
+            raise ValueError("every_steps needs data, the held-out problems to answer (--set "
+                             "validation.data=PATH: JSONL rows of id, problem, answer, as data.train)")
+        return self
+
+
 class SandboxConfig(Section):
     urls: tuple[str, ...] = ()
     """Sandbox services (``rstar2 sandbox serve``) to run tool calls on; empty starts a
@@ -72,6 +98,16 @@ class RunConfig(Section):
     """The policy model."""
     data: DataConfig
     """Training problems."""
+    validation: ValidationConfig = ValidationConfig()
+    """Held-out problems the policy answers during training, a learning curve; off unless
+    ``every_steps`` is set. Each probe answers every problem of ``data`` once, greedily
+    (temperature 0), with the run's agent loop, tools, ``rollout:`` limits and reward: before
+    the first step of a fresh run, after every ``every_steps``-th step and after the last.
+    ``val/accuracy`` (the mean reward: the share correct under the verifier), ``val/problems``,
+    ``val/tool_call_rate``, ``val/tool_error_ratio``, ``val/reward_failures`` and
+    ``time/validation`` go into that step's row of metrics.jsonl (a row of step 0 holds the
+    first probe) and its console line (``val``). Training samples and learns exactly as without
+    the probes; a resumed run does not repeat the probes it logged."""
     rollout: RolloutConfig = RolloutConfig()
     """One rollout's limits and sampling: the agent receives this section as it is."""
     engine: RolloutEngineConfig = RolloutEngineConfig()

@@ -37,6 +37,7 @@ def learner_settings(config: RunConfig) -> LearnerSettings:
         compute_dtype=config.model.compute_dtype)
     return LearnerSettings(update=update, optimizer=config.rl.optimizer, init=config.rl.init,
                            updates_per_step=config.rl.updates_per_step,
+                           total_updates=config.rl.steps * config.rl.updates_per_step,
                            checkpoints=(config.run_dir / "checkpoints").expanduser().resolve(),
                            keep_last=config.checkpoint.keep_last)
 

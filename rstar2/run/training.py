@@ -9,12 +9,15 @@ placement checks the run (a cluster plan that cannot fit, a missing extra), a ru
 holds checkpoints is continued only with ``resume`` (never silently overwritten), and the
 training set is read through ``data.fields`` and filtered (``data.keep_ids``,
 ``data.max_prompt_tokens`` with the ``rollout.tools`` listed, whose factories are called here
-for their schemas), and the reward is imported (``rl.reward``, else the verifier). Then the
-resolved config goes to ``<run>/config.yaml``; the placement opens the sandboxes, the engine and
-the learner into one exit stack, which this function owns and closes in reverse whatever
-happens; the ``Sampler`` and the ``Trainer`` are wired around them (``build_trainer``), each
-with its own section; and the trained policy is exported as ``<run>/final`` with its card
-(``rstar2.agent.card``: the prompt, tools and limits it was trained with).
+for their schemas), so is the held-out set of ``validation:`` when it is on, and the reward is
+imported (``rl.reward``, else the verifier). Then the resolved config goes to
+``<run>/config.yaml``; the placement opens the sandboxes, the engine and the learner into one
+exit stack, which this function owns and closes in reverse whatever happens; the ``Sampler``
+and the ``Trainer`` (with a greedy ``Sampler`` for its ``Validator``) are wired around them
+(``build_trainer``), each with its own section; and the trained policy is exported as
+``<run>/final`` with its card (``rstar2.agent.card``: the prompt, tools and limits it was
+trained with). A run that stopped because it learned nothing is exported too, and then fails
+with ``NothingLearned`` (``rstar2.rl.silence``), which names where that model is.
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ from rstar2.reward import CustomReward, Grader, RewardError
 from rstar2.rl.checkpoint import check_run_dir
 from rstar2.rl.learner import Learner
 from rstar2.rl.sampler import Sampler
+from rstar2.rl.silence import NothingLearned
 from rstar2.rl.trainer import Trainer
+from rstar2.rl.validation import Validator
 from rstar2.run.config import RunConfig
 from rstar2.run.placement import LocalPlacement, Placement
 from rstar2.run.settings import cluster_job, learner_settings, trainer_settings
@@ -108,6 +113,7 @@ async def run_training(config: RunConfig, placement: Placement, *, resume: bool 
     loadable_model_dir(config.model.path)  # a missing, gated or unsupported model: before anything
     tokenizer = load_tokenizer(config.model.path)
     problems = training_problems(config, tokenizer)  # bad data is refused before anything is written
+    heldout = validation_problems(config, tokenizer)
     reward = open_reward(config, grader)  # so is a reward function that cannot be imported
     config.run_dir.mkdir(parents=True, exist_ok=True)
     (config.run_dir / "config.yaml").write_text(
@@ -119,25 +125,37 @@ async def run_training(config: RunConfig, placement: Placement, *, resume: bool 
         if reward is not grader:
             stack.enter_context(reward)  # the run's own: closed with it
         sandbox = await stack.enter_async_context(SandboxClient(urls))
-        trainer = build_trainer(config, learner, engine, tokenizer, sandbox, reward, problems, console)
+        trainer = build_trainer(config, learner, engine, tokenizer, sandbox, reward, problems, console, heldout)
         trainer.restore(resume)
         if trainer.completed_steps:
             console.print(f"resuming {config.run_dir} after step {trainer.completed_steps}")
+        export = lambda: placement.export(learner, tokenizer, config.run_dir / "final",  # noqa: E731
+                                          run_card(config, trained_by))
         try:
             await trainer.run()
         except SandboxUnavailable:
             placement.check_sandboxes()  # names the node whose services are gone, if that is why
             raise
-        return placement.export(learner, tokenizer, config.run_dir / "final", run_card(config, trained_by))
+        except NothingLearned as stopped:
+            stopped.exported = export()  # the model it stopped with, for a look at what it does
+            raise
+        return export()
 
 
 def build_trainer(config: RunConfig, learner: Learner, engine: TrainableEngine, tokenizer,
                   code_runner: CodeRunner | None, grader: Grader | CustomReward, problems: Sequence[Problem],
-                  console: Console | None = None) -> Trainer:
+                  console: Console | None = None, heldout: Sequence[Problem] = ()) -> Trainer:
     """The step loop around ``learner`` and a ``Sampler`` over ``engine``: the agent gets the
-    ``rollout:`` section as it is, the trainer its own settings."""
+    ``rollout:`` section as it is, the trainer its own settings. With ``validation.every_steps``
+    the trainer also gets a ``Validator`` of the ``heldout`` problems, whose sampler shares
+    everything with training's but the temperature (0) and the rollouts per problem (1)."""
     sampler = Sampler(engine, tokenizer, code_runner, grader, config.rollout, config.rl.rollouts_per_prompt)
-    return Trainer(trainer_settings(config), learner, sampler, problems, console)
+    validator = None
+    if config.validation.every_steps is not None:
+        greedy = Sampler(engine, tokenizer, code_runner, grader,
+                         config.rollout.model_copy(update={"temperature": 0.0}), rollouts_per_prompt=1)
+        validator = Validator(greedy, heldout, config.validation.every_steps, config.seed)
+    return Trainer(trainer_settings(config), learner, sampler, problems, console, validator)
 
 
 def open_reward(config: RunConfig, grader: Grader | None = None) -> Grader | CustomReward:
@@ -183,9 +201,32 @@ def training_problems(config: RunConfig, tokenizer) -> list[Problem]:
         except DataError as error:
             raise DataError(f"data.keep_ids: {error}") from None
         problems = [p for p in problems if p.id in keep]
-    chat = ChatFormat(tokenizer, config.rollout.prompt, tool_schemas(config))
-    problems = [p for p in problems if len(chat.prompt_ids(p.problem)) <= data.max_prompt_tokens]
+    problems = prompts_that_fit(config, tokenizer, problems)
     if not problems:
         raise DataError(f"{data.train}: no training problem fits data.max_prompt_tokens "
                         f"({data.max_prompt_tokens}) and data.keep_ids")
     return problems
+
+
+def validation_problems(config: RunConfig, tokenizer) -> list[Problem]:
+    """The held-out set of ``validation:`` (none while it is off): ``validation.data`` read
+    through ``data.fields``, without problems whose prompt exceeds ``data.max_prompt_tokens``,
+    cut to the first ``validation.limit``."""
+    validation = config.validation
+    if validation.every_steps is None:
+        return []
+    try:
+        problems = load_benchmark(validation.data, fields=config.data.fields, split=validation.split).problems
+    except DataError as error:
+        raise DataError(f"validation.data: {error}") from None
+    problems = prompts_that_fit(config, tokenizer, problems)[:validation.limit]
+    if not problems:
+        raise DataError(f"validation.data: {validation.data}: no problem fits data.max_prompt_tokens "
+                        f"({config.data.max_prompt_tokens})")
+    return problems
+
+
+def prompts_that_fit(config: RunConfig, tokenizer, problems: Sequence[Problem]) -> list[Problem]:
+    """The ``problems`` whose prompt, with ``rollout.tools`` listed, fits ``data.max_prompt_tokens``."""
+    chat = ChatFormat(tokenizer, config.rollout.prompt, tool_schemas(config))
+    return [p for p in problems if len(chat.prompt_ids(p.problem)) <= config.data.max_prompt_tokens]

@@ -65,7 +65,8 @@ def run_sft(config: SFTConfig, resume: bool = False, console: Console | None = N
     config = config.model_copy(update={"train": train})
     config.run_dir.mkdir(parents=True, exist_ok=True)
     (config.run_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
-    optimizer, scheduler = sft_optimizer(model, config.train)
+    batches = sft_batches(len(sequences), config.train)
+    optimizer, scheduler = sft_optimizer(model, config.train, len(batches))
     checkpoints = config.run_dir / "checkpoints"
     start = 0
     if resume and latest_checkpoint(checkpoints) is not None:
@@ -76,7 +77,6 @@ def run_sft(config: SFTConfig, resume: bool = False, console: Console | None = N
                             "with the data it started with")
         start = state.step
         console.print(f"resuming {config.run_dir} after step {start}")
-    batches = sft_batches(len(sequences), config.train)
     log = RunLog(config.run_dir, config.logging, len(batches), resume_step=start, console=console,
                  run_config=config.model_dump(mode="json"))
     writer = CheckpointWriter(checkpoints, keep_last=config.checkpoint.keep_last)

@@ -2,7 +2,8 @@
 
     settings, note = resolve_sft_dtype(SFTSettings(epochs=1, lr=2e-4), model)   # 'auto' made concrete
     losses = sft_train(model, sequences, settings)
-    optimizer, scheduler = sft_optimizer(model, settings)          # to checkpoint and resume:
+    steps = len(sft_batches(len(sequences), settings))           # the optimizer steps of all epochs
+    optimizer, scheduler = sft_optimizer(model, settings, steps)   # to checkpoint and resume:
     sft_train(model, sequences, settings, start_step=k, optimizer=optimizer, scheduler=scheduler)
 
 The loss of an optimizer step is the mean negative log-likelihood over the loss-mask tokens of
@@ -17,7 +18,7 @@ share, the system prompt, is computed once per row, and the LM head runs only wh
 token is predicted). ``compute_dtype`` 'auto' is bfloat16 autocast on machines whose CPU computes in
 bfloat16 and float32 elsewhere (``rstar2.engines.dtype_choice``). ``freeze_embeddings`` keeps
 the input embeddings (tied to the LM head in the small models) fixed. AdamW with linear
-warm-up is the trainer's (``rl.optim``).
+warm-up (then constant or cosine) is the trainer's (``rl.optim``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ class SFTSettings(BaseModel):
     batch_size: int = Field(8, ge=1, description="Traces per optimizer step.")
     lr: float = Field(2e-4, gt=0, description="AdamW learning rate after warm-up.")
     warmup_steps: int = Field(5, ge=0, description="Linear warm-up, in optimizer steps.")
+    schedule: Literal["constant", "cosine"] = Field(
+        "constant", description="After warm-up: 'constant' keeps lr; 'cosine' decays it along half "
+        "a cosine to lr x min_lr_ratio at the last optimizer step (as rl.optimizer.schedule).")
+    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="With schedule cosine: the share of lr "
+                                "the last step uses.")
     micro_batch_tokens: int = Field(2048, ge=1, description="Most tokens per forward pass: traces "
                                     "packed end to end (a longer trace gets a pass of its own).")
     seed: int = Field(0, description="Seeds the order of traces in each epoch.")
@@ -71,14 +77,16 @@ def resolve_sft_dtype(settings: SFTSettings, model: torch.nn.Module) -> tuple[SF
     return settings.model_copy(update={"compute_dtype": choice.dtype}), choice.note("SFT compute dtype")
 
 
-def sft_optimizer(model: torch.nn.Module, settings: SFTSettings):
-    """AdamW over the trainable parameters and its warm-up schedule (``rl.optim``); with
-    ``freeze_embeddings`` the input embeddings stop being trainable first."""
+def sft_optimizer(model: torch.nn.Module, settings: SFTSettings, total_steps: int | None = None):
+    """AdamW over the trainable parameters and its schedule (``rl.optim``), which a cosine
+    ends at ``total_steps`` (``len(sft_batches(...))``); with ``freeze_embeddings`` the input
+    embeddings stop being trainable first."""
     if settings.freeze_embeddings:
         model.get_input_embeddings().weight.requires_grad_(False)
-    schedule = OptimizerConfig(lr=settings.lr, warmup_steps=settings.warmup_steps)
+    schedule = OptimizerConfig(lr=settings.lr, warmup_steps=settings.warmup_steps,
+                               schedule=settings.schedule, min_lr_ratio=settings.min_lr_ratio)
     optimizer = build_optimizer(model.parameters(), schedule)
-    return optimizer, build_scheduler(optimizer, schedule)
+    return optimizer, build_scheduler(optimizer, schedule, total_steps)
 
 
 def sft_batches(count: int, settings: SFTSettings) -> list[list[int]]:
@@ -101,9 +109,9 @@ def sft_train(model: torch.nn.Module, sequences: Sequence[TrainSequence], settin
     (``resolve_sft_dtype``)."""
     if settings.compute_dtype == "auto":
         raise ValueError("SFTSettings.compute_dtype 'auto' must be resolved first (resolve_sft_dtype)")
-    if optimizer is None:
-        optimizer, scheduler = sft_optimizer(model, settings)
     batches = sft_batches(len(sequences), settings)
+    if optimizer is None:
+        optimizer, scheduler = sft_optimizer(model, settings, len(batches))
     model.train()
     losses = []
     for step in range(start_step + 1, len(batches) + 1):

@@ -41,6 +41,23 @@ def test_the_card_lies_beside_the_weights(trained_dir):
     assert read_card("default") is None
 
 
+def test_a_published_model_keeps_its_card_through_the_hub_cache(trained_dir, tmp_path, monkeypatch):
+    """A model downloaded by hub id is asked the way it was trained: its card is one of the
+    files a download fetches, and read by hub id; a server's model name is not looked up."""
+    import huggingface_hub
+
+    from rstar2.engines.hub import CONFIG_FILES
+    from tests.families import install_in_hf_cache
+
+    assert CARD_FILE in CONFIG_FILES
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    install_in_hf_cache(tmp_path, "someone/published-demo", trained_dir)
+    assert read_card("someone/published-demo") == read_card(str(trained_dir))
+    assert read_card("someone/published-demo", hub=False) is None
+    assert read_card("someone/not-in-the-cache") is None  # loading the model says why
+
+
 def test_the_card_keeps_the_tools_a_model_was_trained_with_for_chat_and_eval(tmp_path):
     tools = (ToolSpec(use="python"), ToolSpec(use="calculator"))
     write_card(tmp_path, new_card(PromptConfig(variant="short"), 24, 2, "test", tools=tools))

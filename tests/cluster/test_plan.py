@@ -1,6 +1,6 @@
-"""The plan: the 14B recipes fit 8 nodes x 8 GPUs, the one-GPU recipes fit one 80 GiB GPU, a
-placement that cannot fit is refused in one line, and the parameter count the memory estimate
-rests on is the real model's."""
+"""The plan: the 14B recipes fit 8 nodes x 8 GPUs, the one-node recipe one node of 8 GPUs, the
+one-GPU recipes one 80 GiB GPU, a placement that cannot fit is refused in one line, and the
+parameter count the memory estimate rests on is the real model's."""
 
 from pathlib import Path
 
@@ -39,6 +39,27 @@ def test_paper_recipes_fit_eight_nodes_of_eight_gpus(recipe):
     assert all(node.free_gpus >= 0 and node.free_cpus >= 0 for node in plan.nodes)
     assert sum(plan.learner_bytes.values()) < cluster.gpu_memory_gib * GIB
     assert plan.in_flight_per_member >= 1 and plan.weight_sync == "broadcast"  # vLLM's transfer
+
+
+def test_the_one_node_recipe_fills_one_node_of_eight_gpus():
+    """Learner ranks and vLLM members share the node's 8 GPUs, each fitting its 80 GiB; it starts
+    where the one-GPU stage 1 does, from the one-GPU SFT run, with its prompt."""
+    config = load_config(RECIPES / "qwen3-1.7b-8gpu.yaml")
+    plan = plan_of(config)
+    cluster = config.cluster
+    assert (cluster.nodes, cluster.gpus_per_node, cluster.gpu_memory_gib) == (1, 8, 80)
+    [node] = plan.nodes
+    assert node.learner_ranks == list(range(cluster.learner.ranks))
+    assert node.engine_members == list(range(cluster.engines.members))
+    assert node.free_gpus == 0 and node.free_cpus >= 0 and node.sandbox_services >= 1
+    assert sum(plan.learner_bytes.values()) < 72 * GIB  # room for the CUDA context and the allocator
+    assert plan.in_flight_per_member >= 32 and plan.weight_sync == "broadcast"
+    one_gpu = load_config(RECIPES / "qwen3-1.7b-stage1.yaml")
+    assert config.rl.init.checkpoint == "runs/qwen3-1.7b-sft/checkpoints" and config.rl.init.reset_optimizer
+    assert config.rollout.prompt == one_gpu.rollout.prompt and config.model.path == one_gpu.model.path
+    shown = CliRunner().invoke(app, ["train", str(RECIPES / "qwen3-1.7b-8gpu.yaml"), "--plan"])
+    assert shown.exit_code == 0 and "node 0: learner ranks 0-1, engine members 0-5" in shown.output
+    assert "node 1" not in shown.output
 
 
 def test_cli_prints_the_plan_and_refuses_in_one_line():

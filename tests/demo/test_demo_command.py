@@ -121,6 +121,18 @@ def test_the_demo_runs_sft_rl_and_three_evaluations_and_writes_what_the_docs_lis
         check_phase(run, label, phase, HELDOUT)
     assert len(summary["sft_loss_first_last"]) == 2 and summary["rl_steps"] == RL_STEPS
     assert all(0 <= value <= 1 for value in summary["rl_accuracy_first_last"])
+    # the gain is paired over the same held-out problems: exactly the difference of the accuracies
+    gain, held = summary["rl_vs_sft"], summary["heldout"]
+    assert gain["problems"] == HELDOUT
+    assert gain["difference"] == pytest.approx(held["final"]["accuracy"] - held["sft"]["accuracy"])
+    assert gain["ci"][0] <= gain["difference"] <= gain["ci"][1]
+    assert any(line.startswith("SFT+RL - SFT: ") and f"paired bootstrap over {HELDOUT} problems" in line
+               for line in first.output.splitlines())
+    probes = summary["rl_probe_accuracy_by_step"]  # before the first step and after the last
+    assert {"0", str(RL_STEPS)} <= set(probes) and all(0 <= value <= 1 for value in probes.values())
+    assert any(line.startswith("held-out probes during RL: step 0 ") for line in first.output.splitlines())
+    used = summary["rl_groups_used_per_step"]
+    assert len(used) == RL_STEPS and all(0 <= share <= 1 for share in used)
     assert set(summary["phase_seconds"]) == {"data", "sft", "rl", "eval_base", "eval_sft", "eval_final"}
     assert summary["wall_time_s"] > 0 and summary["dtypes"]["training"] in ("float32", "bfloat16")
     # data/: the sizes set, the SFT traces as chat conversations

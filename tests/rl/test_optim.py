@@ -1,17 +1,31 @@
-"""AdamW with linear warm-up then constant lr; the resumable prompt order."""
+"""AdamW with linear warm-up then a constant lr or a cosine decay, resumed where it stopped;
+the resumable prompt order."""
+
+import math
+from pathlib import Path
 
 import pytest
 import torch
 
+from rstar2.rl.checkpoint import load_checkpoint, save_checkpoint
 from rstar2.rl.config import OptimizerConfig
 from rstar2.rl.optim import build_optimizer, build_scheduler
 from rstar2.rl.prompt_order import PromptOrder
+from rstar2.run.recipe import load_config
+from rstar2.run.settings import learner_settings
+from rstar2.sft.train import SFTSettings, sft_optimizer
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
 
-def learning_rates(config, updates):
+def learning_rates(config, updates, total_updates=None):
     model = torch.nn.Linear(2, 1)
     optimizer = build_optimizer(model.parameters(), config)
-    scheduler = build_scheduler(optimizer, config)
+    return rates_of(optimizer, build_scheduler(optimizer, config, total_updates), updates)
+
+
+def rates_of(optimizer, scheduler, updates):
+    """The learning rate of each of the next ``updates`` updates."""
     rates = []
     for _ in range(updates):
         rates.append(optimizer.param_groups[0]["lr"])
@@ -27,6 +41,69 @@ def test_linear_warmup_then_constant():
 
 def test_no_warmup_is_constant():
     assert learning_rates(OptimizerConfig(lr=1e-6, warmup_steps=0), 3) == pytest.approx([1e-6] * 3)
+
+
+def test_constant_is_the_default_and_ignores_the_run_length():
+    config = OptimizerConfig(lr=1.0, warmup_steps=2)
+    assert config.schedule == "constant"
+    assert learning_rates(config, 5, total_updates=3) == learning_rates(config, 5) == pytest.approx(
+        [0.5, 1.0, 1.0, 1.0, 1.0])
+
+
+def test_cosine_decays_from_the_end_of_warmup_to_the_floor_at_the_last_update():
+    config = OptimizerConfig(lr=2.0, warmup_steps=4, schedule="cosine", min_lr_ratio=0.1)
+    rates = learning_rates(config, 14, total_updates=12)  # updates 0-11, then two beyond
+    assert rates[:4] == pytest.approx([0.5, 1.0, 1.5, 2.0])  # warm-up, its last at the full rate
+    assert rates[7] == pytest.approx(2.0 * (0.1 + 0.9 * 0.5))  # half-way from update 3 to 11
+    assert rates[5] == pytest.approx(2.0 * (0.1 + 0.9 * (1 + math.cos(math.pi / 4)) / 2))
+    assert rates[11] == pytest.approx(0.2)  # the last update: lr x min_lr_ratio
+    assert rates[12:] == pytest.approx([0.2, 0.2])  # a longer run stays at the floor
+    assert all(a > b for a, b in zip(rates[3:11], rates[4:12]))
+
+
+def test_cosine_without_warmup_starts_at_lr_and_decays_to_zero_by_default():
+    rates = learning_rates(OptimizerConfig(lr=1.0, warmup_steps=0, schedule="cosine"), 5, total_updates=5)
+    assert rates == pytest.approx([1.0, (1 + math.cos(math.pi / 4)) / 2, 0.5,
+                                   (1 + math.cos(3 * math.pi / 4)) / 2, 0.0])
+
+
+def test_cosine_needs_the_run_length():
+    with pytest.raises(ValueError, match="total number of optimizer updates"):
+        learning_rates(OptimizerConfig(schedule="cosine"), 1)
+
+
+def test_a_resumed_schedule_continues_the_curve(tmp_path):
+    """Checkpointed after 5 updates (the trainer's files), restored into a new optimizer and
+    schedule built from the same settings: the next rates are the uninterrupted run's."""
+    config = OptimizerConfig(lr=1.0, warmup_steps=3, schedule="cosine", min_lr_ratio=0.2)
+    uninterrupted = learning_rates(config, 10, total_updates=10)
+
+    model = torch.nn.Linear(2, 1)
+    optimizer = build_optimizer(model.parameters(), config)
+    scheduler = build_scheduler(optimizer, config, 10)
+    first = rates_of(optimizer, scheduler, 5)
+    save_checkpoint(tmp_path, 5, model, optimizer, scheduler, {})
+
+    model = torch.nn.Linear(2, 1)
+    optimizer = build_optimizer(model.parameters(), config)
+    scheduler = build_scheduler(optimizer, config, 10)
+    load_checkpoint(tmp_path / "step_00000005", model, optimizer, scheduler)
+    assert first + rates_of(optimizer, scheduler, 5) == pytest.approx(uninterrupted)
+
+
+def test_a_run_ends_its_cosine_at_its_last_planned_update():
+    config = load_config(RECIPES / "cpu-demo.yaml", ["rl.steps=7", "rl.updates_per_step=3",
+                                                     "rl.optimizer.schedule=cosine"])
+    settings = learner_settings(config)
+    assert settings.total_updates == 21 and settings.optimizer.schedule == "cosine"
+
+
+def test_sft_takes_the_same_schedules():
+    settings = SFTSettings(lr=1.0, warmup_steps=0, schedule="cosine", min_lr_ratio=0.5)
+    optimizer, scheduler = sft_optimizer(torch.nn.Linear(2, 1), settings, total_steps=3)
+    assert rates_of(optimizer, scheduler, 3) == pytest.approx([1.0, 0.75, 0.5])
+    optimizer, scheduler = sft_optimizer(torch.nn.Linear(2, 1), SFTSettings(lr=1.0, warmup_steps=2))
+    assert rates_of(optimizer, scheduler, 3) == pytest.approx([0.5, 1.0, 1.0])
 
 
 def test_optimizer_takes_config_and_only_trainable_parameters():

@@ -1,6 +1,6 @@
-"""`rstar2 train` on the paper's 14B recipes, on a machine without vLLM (the [gpu] extra their
-engine members need), says what they need in one line (after the device note), before it
-writes anything."""
+"""`rstar2 train` on the recipes whose engine members are vLLM (the paper's 14B stages, the 8-GPU
+node), on a machine without vLLM (the [gpu] extra), says what they need in one line (after the
+device note), before it writes anything."""
 
 import sys
 from pathlib import Path
@@ -13,10 +13,11 @@ from rstar2.cli import app
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("stage", [1, 2, 3])
-def test_the_14b_recipes_say_what_they_need(stage, tmp_path, monkeypatch):
+@pytest.mark.parametrize("name", ["qwen3-14b-stage1", "qwen3-14b-stage2", "qwen3-14b-stage3",
+                                  "qwen3-1.7b-8gpu"])
+def test_the_vllm_cluster_recipes_say_what_they_need(name, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` fails, as without the extra
-    recipe = REPO / "recipes" / f"qwen3-14b-stage{stage}.yaml"
+    recipe = REPO / "recipes" / f"{name}.yaml"
     assert recipe.read_text().startswith("# NEEDS ")
     result = CliRunner().invoke(app, ["train", str(recipe), "--set", f"runs_dir={tmp_path}"])
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit)  # no traceback

@@ -7,12 +7,10 @@ the saved weights, data position and step.
 """
 
 import asyncio
-import io
 import json
 
 import pytest
 import torch
-from rich.console import Console
 
 from rstar2.data.problems import read_problems
 from rstar2.engines.hf import HFEngine, HFEngineConfig
@@ -22,6 +20,7 @@ from rstar2.rl.learner import LocalLearner
 from rstar2.rl.policy import load_policy
 from rstar2.rl.prompt_order import PromptOrder
 from rstar2.rl.runlog import read_metrics
+from rstar2.rl.silence import NothingLearned
 from rstar2.rl.trainer import Trainer
 from rstar2.run.recipe import validate_config
 from rstar2.run.settings import learner_settings, trainer_settings
@@ -171,32 +170,32 @@ def test_restore_takes_the_step_and_data_position_from_the_learners_checkpoint(t
     assert resumed.order.position() == trainer.order.position() != fresh.position()
 
 
-def test_a_run_that_trains_nothing_for_a_whole_pass_stops_checkpointed(tmp_path, sandbox_url):
+def test_a_run_that_trains_nothing_for_a_whole_pass_stops_checkpointed_and_fails(tmp_path, sandbox_url):
     """The untrained model never answers in the rewarded format: no step trains, so the run
-    stops after one pass over its two problems (the floor: 3 steps), not after all 6."""
+    stops after one pass over its two problems (the floor: 3 steps), not after all 6, and fails."""
     data = write_problems(tmp_path / "two.jsonl", split_tasks(seed=0, sft=1, rl=1, heldout=20).heldout[:2])
     config = make_config(tmp_path, data, steps=6, prompts_per_step=1, group_size=2, max_tokens=8)
     config = config.model_copy(update={"checkpoint": config.checkpoint.model_copy(update={"every_steps": 5})})
     model = load_policy(config.model)
     engine = HFEngine(HFEngineConfig(dtype="float32", max_batch_size=4), model=model)
-    console = Console(file=io.StringIO(), width=400)
     try:
         with Grader(workers=1) as grader:
             async def run():
                 async with SandboxClient([sandbox_url]) as sandbox:
                     trainer = build_trainer(config, LocalLearner(learner_settings(config), model, engine), engine,
-                                            engine.tokenizer, sandbox, grader, read_problems(data), console)
+                                            engine.tokenizer, sandbox, grader, read_problems(data))
                     trainer.restore(resume=False)
-                    return trainer, await trainer.run()
-            trainer, history = asyncio.run(run())
+                    with pytest.raises(NothingLearned) as stopped:
+                        await trainer.run()
+                    return trainer, stopped.value
+            trainer, stopped = asyncio.run(run())
     finally:
         engine.shutdown()
-    assert trainer.silent_steps_limit() == 3 and len(history) == trainer.completed_steps == 3
+    assert trainer.silent_steps_limit() == 3 and trainer.completed_steps == stopped.step == 3
     assert [row["step"] for row in read_metrics(config.run_dir)] == [1, 2, 3]
     checkpoints = sorted(p.name for p in (config.run_dir / "checkpoints").iterdir())
     assert checkpoints == ["step_00000003"]  # forced: every_steps 5 alone would have saved none
-    said = console.file.getvalue()
-    assert "stopped after step 3 of 6" in said and "2 training problems" in said
+    assert str(stopped).startswith("stopped after step 3 of 6, a failed run: the last 3 steps trained nothing")
 
 
 def test_the_silent_step_limit_follows_the_problems_per_pass_or_the_setting(tmp_path, rl_data):
