@@ -11,6 +11,7 @@ new kind there shows up in every command's ``--engine`` choices.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional, get_args
 
 import typer
@@ -111,10 +112,24 @@ ReadTimeout = Annotated[float, typer.Option(
     "closed (a stalled body is answered 408).")]
 
 
-def recipe_overrides(overrides: list[str] | None, name: str | None, device: str | None) -> list[str]:
-    """The ``--set`` overrides with ``--name`` and ``--device`` as the fields they set."""
-    return [*(overrides or []), *([f"name={name}"] if name else []),
-            *([f"model.device={device}"] if device else [])]
+RunOut = Annotated[Optional[Path], typer.Option(
+    "--out", metavar="DIR", help="The run folder itself, e.g. /data/runs/try-3 (runs_dir and name "
+    "from its parent and last part); instead of --name.")]
+
+
+def recipe_overrides(overrides: list[str] | None, name: str | None, device: str | None,
+                     out: Path | None = None) -> list[str]:
+    """The ``--set`` overrides with ``--name`` (or ``--out``, the folder they make) and
+    ``--device`` as the fields they set."""
+    if out is not None and name:
+        fail("--out and --name both say where the run goes: give one")
+    if out is not None:
+        if not out.name:
+            fail(f"--out {out}: name the run's own folder, not a root")
+        folder = [f"runs_dir={out.parent}", f"name={out.name}"]
+    else:
+        folder = [f"name={name}"] if name else []
+    return [*(overrides or []), *folder, *([f"model.device={device}"] if device else [])]
 
 
 Fields = Annotated[Optional[list[str]], typer.Option(
@@ -166,28 +181,34 @@ PromptVariant = Annotated[Optional[str], typer.Option(
          "trains with). Default: the model's rstar2.json, else rstar2.")]
 
 
-def trained_card(model: str, tokenizer: str | None = None, base_url: str | None = None):
+def trained_card(model: str, tokenizer: str | None = None, base_url: str | None = None,
+                 import_tools: bool = True):
     """The card (``rstar2.agent.card``) of the model a command is about to use: from its folder,
     its tokenizer's folder, or the server that serves it; announced on stderr, since it changes
-    how the model is asked. None when there is none."""
+    how the model is asked. None when there is none. With ``import_tools`` (a command that
+    builds the card's tools) the copies of the tool modules its folder carries are imported, so
+    the tools are built from the folder's copy wherever the folder is."""
     from rstar2.agent.card import CardError, ModelCard, card_path, read_card
+    from rstar2.agent.card_files import import_tool_modules
+    from rstar2.agent.tools import ToolConfigError
 
     try:
+        card = None
         hub = base_url is None  # a served model's name is the server's, not the hub's
         for source in (model, tokenizer):
             card = read_card(source, hub)
             if card is not None:
                 typer.echo(f"using {card_path(source, hub)}: {card.summary()}", err=True)
-                return card
-    except CardError as error:
+                break
+        if card is None and base_url is not None:
+            served = served_model_entry(base_url).get("rstar2")
+            if served:
+                card = ModelCard.model_validate(served)
+                typer.echo(f"using the card {base_url} serves: {card.summary()}", err=True)
+        if card is not None and import_tools:
+            import_tool_modules(card.tool_files)
+    except (CardError, ToolConfigError) as error:
         fail(error)
-    if base_url is None:
-        return None
-    served = served_model_entry(base_url).get("rstar2")
-    if not served:
-        return None
-    card = ModelCard.model_validate(served)
-    typer.echo(f"using the card {base_url} serves: {card.summary()}", err=True)
     return card
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from rstar2.cli.app import app, fail
-from rstar2.cli.options import (Overrides, RecipeDevice, Resume, RunName, Threads, announce_device,
+from rstar2.cli.options import (Overrides, RecipeDevice, Resume, RunName, RunOut, Threads, announce_device,
                                  recipe_overrides)
 
 
@@ -19,6 +19,7 @@ def sft(
     overrides: Overrides = None,
     resume: Resume = False,
     name: RunName = None,
+    out: RunOut = None,
     device: RecipeDevice = None,
     threads: Threads = None,
 ) -> None:
@@ -26,7 +27,7 @@ def sft(
     the loss is on the assistant's tokens only; prompts, tool outputs and template separators
     are context.
 
-    Everything goes to runs/<name>/: config.yaml, metrics.jsonl, checkpoints/ and, at the end,
+    Everything goes to runs/<name>/ (or --out): config.yaml, metrics.jsonl, checkpoints/ and, at the end,
     final/ (a model directory with its rstar2.json card, for `rstar2 train`, `chat` and `eval`).
     """
     from rstar2.data import DataError
@@ -37,7 +38,7 @@ def sft(
     from rstar2.sft.run import run_sft
 
     try:
-        config = load_sft_config(recipe, recipe_overrides(overrides, name, device))
+        config = load_sft_config(recipe, recipe_overrides(overrides, name, device, out))
     except ConfigError as error:
         fail(error)
     announce_device(config.model.device)

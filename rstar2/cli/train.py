@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from rstar2.cli.app import app, fail
-from rstar2.cli.options import (Overrides, RecipeDevice, Resume, RunName, Threads, announce_device,
+from rstar2.cli.options import (Overrides, RecipeDevice, Resume, RunName, RunOut, Threads, announce_device,
                                  recipe_overrides)
 
 
@@ -18,6 +18,7 @@ def train(
     overrides: Overrides = None,
     resume: Resume = False,
     name: RunName = None,
+    out: RunOut = None,
     plan: bool = typer.Option(False, "--plan", help="Print the cluster: section's placement, the "
                               "per-GPU memory estimate and the rollouts in flight, then exit "
                               "without starting anything (no GPU, model or Ray needed)."),
@@ -27,7 +28,7 @@ def train(
     """Train with GRPO-RoC: rollouts with the recipe's tools (the Python sandbox by default),
     its reward (the built-in verifier by default), Resample-on-Correct, clipped loss.
 
-    Everything goes to runs/<name>/: metrics.jsonl, rollouts/step_N.jsonl, checkpoints/ and,
+    Everything goes to runs/<name>/ (or --out): metrics.jsonl, rollouts/step_N.jsonl, checkpoints/ and,
     at the end, final/ (a model directory for `rstar2 chat --model` and `rstar2 eval --model`).
     A run that stops because it learned nothing for rl.max_silent_steps steps (every group's
     rollouts scored alike, or every reward call failed) says why in one error line and exits 1;
@@ -46,7 +47,7 @@ def train(
     from rstar2.run import training
 
     try:
-        config = load_config(recipe, recipe_overrides(overrides, name, device))
+        config = load_config(recipe, recipe_overrides(overrides, name, device, out))
     except ConfigError as error:
         fail(error)
     if plan:
