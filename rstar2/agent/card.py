@@ -6,6 +6,11 @@ calling the tool. So the folders that ``rstar2 demo``, ``rstar2 train`` and the 
 (``sft/``, ``final/``) carry this card, and ``chat``, ``eval`` and ``serve-model`` read it and use
 it unless an option says otherwise.
 
+The folder also carries the user's own tools the card names (``rstar2.agent.card_files``):
+``write_card`` copies their modules and option files into it and records them relative to it,
+and ``read_card`` resolves them against the folder it reads, so a model folder can be moved,
+copied to another machine or published and still rebuild its tools.
+
     write_card(run_dir / "final", ModelCard(prompt=..., max_response_tokens=256, max_turns=3))
     card = read_card("runs/cpu-demo/final")      # or a hub id; None for 'default', a .gguf
 """
@@ -17,6 +22,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rstar2.agent.card_files import ToolFiles, carry_tool_files, resolved_tool_files
 from rstar2.agent.prompt import PromptConfig, tool_schema
 from rstar2.agent.tools import ToolSpec
 from rstar2.engines.hub import ModelNotFound, hub_snapshot, split_hub_id
@@ -43,6 +49,9 @@ class ModelCard(BaseModel):
     max_turns: int = Field(ge=1, description="Assistant turns of a training rollout.")
     tools: tuple[ToolSpec, ...] = Field((ToolSpec(use="python"),), description="The tools it was "
                                         "trained with (a recipe's rollout.tools), which chat and eval offer too.")
+    tool_files: ToolFiles = Field(ToolFiles(), description="The copies the folder holds of the "
+                                  "modules and option files of its own tools (rstar2.agent.card_files); "
+                                  "empty in cards written before folders carried them.")
     trained_by: str = Field("", description="What wrote the folder, e.g. 'rstar2 demo (SFT)'.")
 
     def summary(self) -> str:
@@ -63,8 +72,13 @@ def new_card(prompt: PromptConfig, max_response_tokens: int, max_turns: int, tra
 
 
 def write_card(directory: str | Path, card: ModelCard) -> Path:
-    path = Path(directory) / CARD_FILE
-    path.write_text(json.dumps(card.model_dump(mode="json"), indent=2) + "\n")
+    """Write ``card`` into the model folder ``directory``, with copies of its own tools'
+    modules and option files (``carry_tool_files``), which the card then names."""
+    directory = Path(directory)
+    tools, tool_files = carry_tool_files(card.tools, card.tool_files, directory)
+    carried = card.model_copy(update={"tools": tools, "tool_files": tool_files})
+    path = directory / CARD_FILE
+    path.write_text(json.dumps(carried.model_dump(mode="json"), indent=2) + "\n")
     return path
 
 
@@ -85,12 +99,16 @@ def card_path(model: str | None, hub: bool = True) -> Path | None:
 
 
 def read_card(model: str | None, hub: bool = True) -> ModelCard | None:
-    """The card of a model directory or hub id (``card_path``), or None when it has none."""
+    """The card of a model directory or hub id (``card_path``), or None when it has none; the
+    copies its folder holds of its tools' files are named by their paths there."""
     path = card_path(model, hub)
     if path is None:
         return None
     try:
-        return ModelCard.model_validate_json(path.read_text())
+        card = ModelCard.model_validate_json(path.read_text())
     except ValidationError as error:
         raise CardError(f"{path}: not a model card ({error.error_count()} bad fields; "
                         f"first: {error.errors()[0]['loc']}: {error.errors()[0]['msg']})") from error
+    tools, tool_files = resolved_tool_files(card.tools, card.tool_files, path.parent)
+    return card.model_copy(update={"tools": tools, "tool_files": tool_files})
+

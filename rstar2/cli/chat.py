@@ -68,7 +68,7 @@ def chat(
     try:
         spec = EngineSpec(kind=engine, model=model, base_url=base_url, tokenizer=tokenizer,
                           dtype=dtype, device=device)
-        card = trained_card(model, tokenizer, base_url)
+        card = trained_card(model, tokenizer, base_url, import_tools=tools)
         config = chat_rollout_config(card, tools, prompt_variant, max_turns, max_tokens,
                                      temperature)
         if config.prompt.tools_enabled:  # a tool that does not import: one line, before the model loads
@@ -250,7 +250,7 @@ def serve_model(
              "with --engine openai --base-url URL")
     announce_device(device)
     try:
-        card = trained_card(model, tokenizer)
+        card = trained_card(model, tokenizer, import_tools=False)  # served to clients, who build the tools
         limits = ServeLimits(max_n=max_n, max_completion_tokens=max_completion_tokens,
                              max_request_tokens=max_request_tokens,
                              max_inflight_tokens=max_inflight_tokens,

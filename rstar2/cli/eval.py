@@ -84,7 +84,7 @@ def evaluate(
 
     if engine == "hf":
         announce_device(device)
-    card = trained_card(model, tokenizer, base_url)
+    card = trained_card(model, tokenizer, base_url, import_tools=tools)
     trained = card.prompt if card else PromptConfig()
     try:
         settings = EvalSettings(

@@ -24,9 +24,10 @@ from pathlib import Path
 
 HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>[\w./-]+))?$")
 """``org/name`` with an optional ``@revision``; a local path that exists is never read as one."""
-CONFIG_FILES = ("config.json", "generation_config.json", "rstar2.json")
-"""``rstar2.json`` is the card of a model rstar2 trained (``rstar2.agent.card``): a published model
-is asked the way it was trained, wherever it is downloaded."""
+CONFIG_FILES = ("config.json", "generation_config.json", "rstar2.json", "tools/*")
+"""``rstar2.json`` is the card of a model rstar2 trained (``rstar2.agent.card``) and ``tools/`` the
+copies of its own tools the card names: a published model is asked the way it was trained, with
+its tools, wherever it is downloaded."""
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                    "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model",
                    "chat_template.jinja", "chat_template.json")

@@ -56,7 +56,9 @@ def is_lora(model: torch.nn.Module) -> bool:
 
 def save_policy(model: torch.nn.Module, tokenizer, target: str | Path, card: ModelCard | None = None) -> Path:
     """Write ``model`` (LoRA merged) and ``tokenizer`` as a transformers directory at ``target``,
-    with ``card`` (how it was trained to be prompted) beside the weights."""
+    with ``card`` (how it was trained to be prompted) beside the weights, and the copies of its
+    own tools' modules and option files that the card names (``write_card``), which the
+    rename moves with the rest of the folder."""
     target = Path(target)
     staging = target.with_name(f".tmp-{target.name}")
     shutil.rmtree(staging, ignore_errors=True)
