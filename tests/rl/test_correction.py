@@ -2,20 +2,19 @@
 the cap, masked tokens, the sequence level, the loss they scale, and the learner that applies
 them only where the engine holds its own copy of the weights."""
 
-import copy
 import math
 
 import pytest
 import torch
 
-from rstar2.engines.hf import HFEngine, HFEngineConfig
 from rstar2.rl.config import LossConfig
 from rstar2.rl.correction import behaviour_weights
 from rstar2.rl.learner import LocalLearner
 from rstar2.rl.loss import Behaviour, LossStats, policy_loss
 from rstar2.run.settings import learner_settings
 from tests.rl.test_trainer import make_config, rl_data  # noqa: F401
-from tests.rl.test_update import SEQUENCES, tiny_model
+from tests.rl.test_drift import engines  # noqa: F401
+from tests.rl.test_update import SEQUENCES
 
 TIS = LossConfig()  # truncate, token level, cap 2
 MASK = LossConfig(behaviour_correction="mask")
@@ -105,21 +104,15 @@ def test_stats_of_micro_batches_add_sums_and_keep_the_largest_weight():
     assert both["behaviour/mismatch_kl"] == pytest.approx(0.1)
 
 
-def test_the_learner_corrects_only_against_an_engine_with_its_own_copy(tmp_path, rl_data, tokenizer):  # noqa: F811
+def test_the_learner_corrects_only_against_an_engine_with_its_own_copy(tmp_path, rl_data, engines):  # noqa: F811
     config = make_config(tmp_path, rl_data)
-    model = tiny_model()
-    copy_engine = HFEngine(HFEngineConfig(), model=copy.deepcopy(model), tokenizer=tokenizer)
-    colocated_engine = HFEngine(HFEngineConfig(), model=model, tokenizer=tokenizer)
-    try:
-        apart, _ = LocalLearner(learner_settings(config), model, copy_engine).learn(list(SEQUENCES))
-        # the sampled log-probs here are made up, so the trainer's recomputation differs
-        assert apart.summary()["behaviour/mismatch_kl"] > 0
-        together, _ = LocalLearner(learner_settings(config), model, colocated_engine).learn(list(SEQUENCES))
-        assert "behaviour/weight_mean" not in together.summary()
-        off = make_config(tmp_path, rl_data, loss={"behaviour_correction": "off"})
-        uncorrected, _ = LocalLearner(learner_settings(off), model, copy_engine).learn(list(SEQUENCES))
-        assert uncorrected.summary()["behaviour/weight_mean"] == 1.0  # measured, not applied
-        assert uncorrected.summary()["behaviour/mismatch_kl"] > 0
-    finally:
-        copy_engine.shutdown()
-        colocated_engine.shutdown()
+    model, copy_engine, colocated_engine = engines
+    apart, _ = LocalLearner(learner_settings(config), model, copy_engine).learn(list(SEQUENCES))
+    # the sampled log-probs here are made up, so the trainer's recomputation differs
+    assert apart.summary()["behaviour/mismatch_kl"] > 0
+    together, _ = LocalLearner(learner_settings(config), model, colocated_engine).learn(list(SEQUENCES))
+    assert "behaviour/weight_mean" not in together.summary()
+    off = make_config(tmp_path, rl_data, loss={"behaviour_correction": "off"})
+    uncorrected, _ = LocalLearner(learner_settings(off), model, copy_engine).learn(list(SEQUENCES))
+    assert uncorrected.summary()["behaviour/weight_mean"] == 1.0  # measured, not applied
+    assert uncorrected.summary()["behaviour/mismatch_kl"] > 0

@@ -36,23 +36,29 @@ def test_drift_is_the_mean_and_max_over_loss_tokens():
     assert LogprobDrift().summary() == {"logprob_drift/mean": 0.0, "logprob_drift/max": 0.0}
 
 
-def test_the_learner_reports_drift_when_it_recomputes(tmp_path, rl_data, tokenizer):  # noqa: F811
-    config = make_config(tmp_path, rl_data)
+@pytest.fixture
+def engines(tokenizer):
+    """A tiny policy with two engines: one sampling from a copy of its weights, one from the
+    policy itself (colocated)."""
     model = tiny_model()
     copy_engine = HFEngine(HFEngineConfig(), model=copy.deepcopy(model), tokenizer=tokenizer)
     colocated_engine = HFEngine(HFEngineConfig(), model=model, tokenizer=tokenizer)
-    try:
-        apart = LocalLearner(learner_settings(config), model, copy_engine)
-        stats, _ = apart.learn(list(SEQUENCES))
-        measured = apart.measured
-        assert stats is not None and set(measured) == {"logprob_drift/mean", "logprob_drift/max"}
-        assert measured["logprob_drift/mean"] > 0  # the sampled log-probs here are made up
-        together = LocalLearner(learner_settings(config), model, colocated_engine)
-        together.learn(list(SEQUENCES))
-        assert together.measured == {}  # nothing recomputed, nothing measured
-    finally:
-        copy_engine.shutdown()
-        colocated_engine.shutdown()
+    yield model, copy_engine, colocated_engine
+    copy_engine.shutdown()
+    colocated_engine.shutdown()
+
+
+def test_the_learner_reports_drift_when_it_recomputes(tmp_path, rl_data, engines):  # noqa: F811
+    config = make_config(tmp_path, rl_data)
+    model, copy_engine, colocated_engine = engines
+    apart = LocalLearner(learner_settings(config), model, copy_engine)
+    stats, _ = apart.learn(list(SEQUENCES))
+    measured = apart.measured
+    assert stats is not None and set(measured) == {"logprob_drift/mean", "logprob_drift/max"}
+    assert measured["logprob_drift/mean"] > 0  # the sampled log-probs here are made up
+    together = LocalLearner(learner_settings(config), model, colocated_engine)
+    together.learn(list(SEQUENCES))
+    assert together.measured == {}  # nothing recomputed, nothing measured
 
 
 def test_a_stale_sync_shows_as_a_weight_version_lag():
