@@ -51,8 +51,8 @@ def sync_seconds(pushes: int) -> dict[str, float]:
 
     from rstar2.cluster.learner import DistributedLearner
     from rstar2.cluster.weight_sync import GatherSync
-    from rstar2.engines.factory import MemberSpec, open_fleet
-    from rstar2.engines.loading import load_tokenizer
+    from rstar2.fleet.rollout_engine import MemberSpec, open_fleet
+    from rstar2.models.loading import load_tokenizer
 
     config = load_config(RECIPE, ["data.train=unused.jsonl"])
     tokenizer = load_tokenizer("default")

@@ -11,7 +11,7 @@ over 2 x 128 tokens (the work of an SFT or RL update) in float32 and under bfloa
 alternated ``--runs`` times in one process; the GFLOP/s of one ``F.linear`` of the MLP's shape
 (576 -> 1536) at 256 rows (an update's matmul) and at 32 rows (a decode step at batch 32) with
 weights in each dtype; and the choice ``auto`` makes for training and for a 48-sequence decode,
-with its reason (``rstar2.engines.dtype_choice``).
+with its reason (``rstar2.models.dtype_choice``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from rstar2.engines.dtype_choice import ModelShapes, choose_dtype
-from rstar2.engines.loading import load_model, set_cpu_threads
+from rstar2.models.dtype_choice import ModelShapes, choose_dtype
+from rstar2.models.loading import load_model, set_cpu_threads
 
 
 def update_seconds(model, compute_dtype: str) -> float:

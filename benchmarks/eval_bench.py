@@ -34,7 +34,7 @@ from pathlib import Path
 from rstar2.agent.rollout import Agent
 from rstar2.data.benchmarks import load_benchmark
 from rstar2.engines.base import Completion, SamplingParams
-from rstar2.engines.factory import open_engine
+from rstar2.engines.registry import open_engine
 from rstar2.eval.launch import agent_solver, engine_spec, rollout_config
 from rstar2.eval.runner import EvalSettings, run_eval
 from rstar2.reward import Grader

@@ -8,7 +8,7 @@ Run (heavy, minutes; take the shared lock so no other heavy job skews the figure
         --runs 3 --delay-s 0.1 --policies adaptive,static
 
 The members are two HFEngines (bf16, one torch thread each, ``--kv-budget-tokens`` each),
-each behind its own serve-model app (``rstar2.engines.server.create_app``) on a real local
+each behind its own serve-model app (``rstar2.serve.server.create_app``) on a real local
 port, reached over HTTP as ``engine.members`` of kind ``openai``: the fleet reads their load
 and decode counters from ``/metrics`` and pushes the trainer's weights through
 ``/update_weights_from_disk``, as with ``rstar2 serve-model`` processes. The second member's
@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from rstar2.engines.hf import HFEngine, HFEngineConfig
-from rstar2.engines.loading import load_tokenizer
+from rstar2.models.loading import load_tokenizer
 from rstar2.reward import Grader
 from rstar2.rl.learner import LocalLearner
 from rstar2.rl.policy import load_policy
@@ -71,7 +71,7 @@ def start_members(args) -> tuple[list[HFEngine], list, list[str]]:
     import torch
     import uvicorn
 
-    from rstar2.engines.server import create_app
+    from rstar2.serve.server import create_app
 
     config = HFEngineConfig(model=args.model, dtype="bfloat16", kv_budget_tokens=args.kv_budget_tokens)
     engines = [HFEngine(config), Slowed(config, args.delay_s)]

@@ -24,7 +24,7 @@ import time
 from rstar2.agent.prompt import PromptConfig
 from rstar2.data import read_problems
 from rstar2.demo.gsm8k import RECIPE, load_recipe
-from rstar2.engines.loading import load_tokenizer
+from rstar2.models.loading import load_tokenizer
 from rstar2.rl.policy import load_policy
 from rstar2.sandbox import SandboxClient, local_sandbox
 from rstar2.sft.gsm8k import gsm8k_traces

@@ -33,7 +33,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 import rstar2.rl.packing as packing
 import rstar2.sft.train as train
 from rstar2.agent.prompt import ChatFormat, PromptConfig
-from rstar2.engines.loading import load_tokenizer, resolve_model_dir
+from rstar2.models.loading import load_tokenizer, resolve_model_dir
 from rstar2.rl.batch import TrainSequence
 from rstar2.sft.chat import conversation_sequence, read_conversations
 from rstar2.sft.train import SFTSettings, sft_optimizer, sft_step

@@ -39,9 +39,9 @@ import torch
 
 from rstar2.agent.prompt import ChatFormat
 from rstar2.engines.base import SamplingParams
-from rstar2.engines.device import device_note, resolve_device
+from rstar2.models.device import device_note, resolve_device
 from rstar2.engines.hf import HFEngine, HFEngineConfig
-from rstar2.engines.loading import load_model, load_tokenizer, set_cpu_threads
+from rstar2.models.loading import load_model, load_tokenizer, set_cpu_threads
 
 QUESTIONS = [
     f"Let n = {a}. What is the sum of the digits of n^{b} plus {c}?"

@@ -4,7 +4,7 @@
     python benchmarks/scheduler_sim.py --engines 8 --prompts 64        # the same, smaller
     python benchmarks/scheduler_sim.py --scenario tight-vllm --steps 2  # one row
 
-The policies are the fleet's own (``rstar2.engines.fleet.policies.Scheduler``, called as
+The policies are the fleet's own (``rstar2.fleet.scheduler.Scheduler``, called as
 ``fleet.Fleet`` calls it: ``benchmarks/fleet_sim/driver.py``); only the engines are simulated
 (``benchmarks/fleet_sim/engine.py``: SGLang's and vLLM v1's admission and overflow rules, a
 prefix cache, the decode step time of ``benchmarks/fleet_sim/steptime.py``). Each scenario
@@ -40,7 +40,7 @@ import time
 from benchmarks.fleet_sim.driver import Fleet, Simulation
 from benchmarks.fleet_sim.steptime import PROFILES
 from benchmarks.fleet_sim.workload import Workload
-from rstar2.engines.fleet.policies import POLICIES
+from rstar2.fleet.scheduler import POLICIES
 
 AMPLE, TIGHT = 1024, 512  # KV tokens per trajectory dealt to an engine
 

@@ -32,7 +32,7 @@ import yaml
 from rstar2.agent.prompt import PromptConfig
 from rstar2.data import read_problems
 from rstar2.data.benchmarks import PACKAGED_DATA_DIR
-from rstar2.engines.loading import load_model, load_tokenizer, set_cpu_threads
+from rstar2.models.loading import load_model, load_tokenizer, set_cpu_threads
 from rstar2.sandbox import SandboxClient, local_sandbox
 from rstar2.sft.gsm8k import gsm8k_traces
 from rstar2.sft.train import SFTSettings, as_sequence, sft_train

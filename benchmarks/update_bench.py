@@ -26,7 +26,7 @@ import statistics
 import time
 
 from rstar2.agent.prompt import ChatFormat, PromptConfig
-from rstar2.engines.loading import load_model, load_tokenizer
+from rstar2.models.loading import load_model, load_tokenizer
 from rstar2.rl.batch import TrainSequence
 from rstar2.rl.config import LossConfig, OptimizerConfig
 from rstar2.rl.optim import build_optimizer, build_scheduler

@@ -40,7 +40,7 @@ from rstar2.agent.trajectory import Trajectory
 from rstar2.data.benchmarks import load_benchmark
 from rstar2.data.problems import Problem
 from rstar2.engines.hf import HFEngine, HFEngineConfig
-from rstar2.engines.loading import load_tokenizer
+from rstar2.models.loading import load_tokenizer
 from rstar2.eval.launch import solution_of
 from rstar2.eval.runner import EvalSettings, run_eval
 from rstar2.reward import Grader

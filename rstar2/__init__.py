@@ -8,7 +8,11 @@ Packages by pipeline stage: ``sandbox`` (isolated Python execution service), ``r
 
 from pathlib import Path
 
+from rstar2 import moved
+
 __version__ = "0.1.0"
 RECIPES = Path(__file__).resolve().parent / "recipes"
 """The recipes shipped with rstar2: ``rstar2/recipes`` links the clone's ``recipes/``, and a
 wheel built from the clone carries copies, so ``rstar2 demo`` finds its recipe either way."""
+
+moved.install()

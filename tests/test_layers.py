@@ -22,9 +22,11 @@ LAYERS = [
     {"cluster"},
     {"rl", "sft", "eval"},
     {"agent", "data"},
+    {"fleet", "serve"},
     {"engines"},
+    {"models", "weights"},
     {"sandbox", "reward"},
-    {"section", "recipe", "service", "__init__"},
+    {"section", "recipe", "service", "moved", "__init__"},
 ]
 RANK = {package: rank for rank, layer in enumerate(LAYERS) for package in layer}
 
@@ -44,21 +46,36 @@ def package_of_module(module: str) -> str | None:
 
 
 def imported_modules(path: Path, root: Path = ROOT) -> Iterator[str]:
-    """Every module ``path`` imports, relative imports resolved, ``from rstar2 import x`` as
-    ``rstar2.x`` when x is a module (else as ``rstar2``, the package's ``__init__``)."""
+    """Every module ``path`` imports, relative imports resolved; ``from package import x`` as
+    ``package.x`` when x is a module (else as ``package``, its ``__init__``)."""
     here = ["rstar2", *path.relative_to(root).with_suffix("").parts]
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in run_time_nodes(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = here[: len(here) - node.level] if node.level else []
             module = ".".join(base + ([node.module] if node.module else []))
-            if module == "rstar2":  # a submodule, or a name of rstar2/__init__.py
-                yield from (f"rstar2.{alias.name}" if (root / alias.name).exists()
-                            or (root / f"{alias.name}.py").exists() else "rstar2"
-                            for alias in node.names)
-            else:
-                yield module
+            yield from (f"{module}.{alias.name}" if is_module(f"{module}.{alias.name}", root)
+                        else module for alias in node.names)
+
+
+def is_module(name: str, root: Path = ROOT) -> bool:
+    """Whether ``name`` (rstar2.a.b) is a module or package of ``root``."""
+    if not name.startswith("rstar2."):
+        return False
+    location = root.joinpath(*name.split(".")[1:])
+    return location.with_suffix(".py").exists() or location.is_dir()
+
+
+def run_time_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node of ``tree`` except those under ``if TYPE_CHECKING:``, which never run: an
+    annotation may name a module above (a policy's ``Scheduler``) without importing it."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            yield from (n for child in node.orelse for n in [child, *run_time_nodes(child)])
+            continue
+        yield node
+        yield from run_time_nodes(node)
 
 
 def edges(root: Path = ROOT) -> list[Edge]:
@@ -99,6 +116,48 @@ def cycles(found: list[Edge]) -> list[list[str]]:
     return result
 
 
+def module_name(path: Path, root: Path = ROOT) -> str:
+    return ".".join(["rstar2", *path.relative_to(root).with_suffix("").parts]).removesuffix(".__init__")
+
+
+def module_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the modules of ``root`` it names in an import (a package's ``__init__`` as the
+    package); the parents Python imports along the way are not edges."""
+    paths = sorted(root.rglob("*.py"))
+    names = {module_name(path, root) for path in paths}
+    return {module_name(path, root): {m for m in imported_modules(path, root) if m in names}
+            - {module_name(path, root)} for path in paths}
+
+
+def module_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected sets of two or more modules (Tarjan's algorithm), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(graph.get(module, ())):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while not component or component[-1] != module:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
 def test_every_package_has_a_layer():
     packages = {package_of_file(path) for path in ROOT.rglob("*.py")}
     assert packages <= RANK.keys(), f"place these in LAYERS (docs: architecture): {packages - RANK.keys()}"
@@ -108,6 +167,11 @@ def test_imports_point_down_and_packages_form_no_cycle():
     found = edges()
     assert upward(found) == []
     assert cycles(found) == []
+
+
+def test_no_modules_import_each_other_round_a_circle():
+    """Function-level imports count: a lazy import that closes a circle is still a circle."""
+    assert module_cycles(module_graph()) == []
 
 
 def test_the_walk_sees_an_upward_import_and_a_cycle(tmp_path):
@@ -130,3 +194,22 @@ def test_the_walk_sees_an_upward_import_and_a_cycle(tmp_path):
         "(layer cluster is above engines)"]
     assert cycles(found) == [["eval", "rl", "eval"]]
     assert ("engines", "engines") not in {(s, t) for s, t, _, _ in found}  # within a package
+
+
+def test_the_module_walk_sees_a_lazy_circle_and_skips_type_only_imports(tmp_path):
+    """A made-up fleet: the books name the scheduler for annotations only (no circle), while
+    a policy that imports the scheduler inside a function, which imports that policy, is one."""
+    root = tmp_path / "rstar2"
+    files = {
+        "fleet/__init__.py": "",
+        "fleet/books.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                          "    from rstar2.fleet.scheduler import Scheduler\n",
+        "fleet/scheduler.py": "from rstar2.fleet.books import Policy\nfrom rstar2.fleet import adaptive\n",
+        "fleet/adaptive.py": "def make():\n    from rstar2.fleet.scheduler import Scheduler\n",
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    graph = module_graph(root)
+    assert graph["rstar2.fleet.books"] == set()
+    assert module_cycles(graph) == [["rstar2.fleet.adaptive", "rstar2.fleet.scheduler"]]

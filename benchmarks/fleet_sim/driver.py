@@ -21,7 +21,7 @@ import numpy as np
 from benchmarks.fleet_sim.engine import SimEngine
 from benchmarks.fleet_sim.steptime import StepTime
 from benchmarks.fleet_sim.workload import ToolService, Trajectory, Workload, draw_trajectories
-from rstar2.engines.fleet.policies import Scheduler
+from rstar2.fleet.scheduler import Scheduler
 
 
 @dataclass

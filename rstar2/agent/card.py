@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rstar2.agent.card_files import ToolFiles, carry_tool_files, resolved_tool_files
 from rstar2.agent.prompt import PromptConfig, tool_schema
 from rstar2.agent.tools import ToolSpec
-from rstar2.engines.hub import ModelNotFound, hub_snapshot, split_hub_id
+from rstar2.models.hub import ModelNotFound, hub_snapshot, split_hub_id
 
 CARD_FILE = "rstar2.json"
 

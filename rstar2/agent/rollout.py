@@ -34,7 +34,7 @@ from rstar2.agent.toolcall import ParseError, ToolCall, clip_tokens, parse_tool_
 from rstar2.agent.tools import CodeRunner, PythonTool, ToolContext, ToolSet, ToolSpec, open_tools
 from rstar2.agent.trajectory import ToolCallRecord, Trajectory, Turn, last_answer
 from rstar2.engines.base import Engine, SamplerFloat, SamplingParams, run_trajectory
-from rstar2.engines.sampling import derive_seed
+from rstar2.engines.seeds import derive_seed
 from rstar2.section import Section
 
 

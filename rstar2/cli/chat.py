@@ -16,9 +16,26 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from rstar2.cli.app import app, fail
-from rstar2.cli.options import (DEFAULT_DTYPE, DEFAULT_ENGINE, DEFAULT_MODEL, AnswerTag, BaseUrl, Device,
-                                 DrainTimeout, Dtype, Engine, MaxRequestMb, Model, PromptVariant, ReadTimeout,
-                                 SandboxUrls, Threads, Tokenizer, announce_device, trained_card)
+from rstar2.cli.options import (
+    DEFAULT_DTYPE,
+    DEFAULT_ENGINE,
+    DEFAULT_MODEL,
+    AnswerTag,
+    BaseUrl,
+    Device,
+    DrainTimeout,
+    Dtype,
+    Engine,
+    MaxRequestMb,
+    Model,
+    PromptVariant,
+    ReadTimeout,
+    SandboxUrls,
+    Threads,
+    Tokenizer,
+    announce_device,
+    trained_card,
+)
 from rstar2.service import READ_TIMEOUT_S
 
 console = Console()
@@ -61,7 +78,7 @@ def chat(
     rstar2.json); others get the paper's prompt.
     """
     from rstar2.agent.tools import ToolContext, describe_tools
-    from rstar2.engines.factory import EngineSpec, open_engine
+    from rstar2.engines.registry import EngineSpec, open_engine
 
     if engine == "hf":
         announce_device(device)
@@ -237,12 +254,12 @@ def serve_model(
     Requests over the limits are refused before any work (400; 429 while the server is full);
     a request's sequences enter the engine in turns (--max-request-share), so a big request
     cannot hold up a small one; a request whose client disconnects stops generating."""
-    from rstar2.engines.admission import ServeLimits
-    from rstar2.engines.disk_weights import WeightUpdates
     from rstar2.engines.hf import HFEngine, HFEngineConfig
-    from rstar2.engines.loading import load_tokenizer
-    from rstar2.engines.server import create_app
+    from rstar2.models.loading import load_tokenizer
+    from rstar2.serve.admission import ServeLimits
+    from rstar2.serve.server import create_app
     from rstar2.service import run_service
+    from rstar2.weights.disk import WeightUpdates
 
     if engine != "hf":
         fail(f"serve-model serves a model in this process (--engine hf), not {engine!r}: "

@@ -40,11 +40,11 @@ def demo(
     a PNG of the RL curves. The default recipe uses generated arithmetic;
     `--recipe gsm8k` trains on GSM8K train and evaluates on GSM8K test. Prints where everything is."""
     from rstar2.data import DataError
-    from rstar2.engines.loading import ModelNotFound
     from rstar2.demo.gsm8k import SECTION as GSM8K_SECTION
     from rstar2.demo.gsm8k import run_gsm8k
     from rstar2.demo.pipeline import SECTION as DEMO_SECTION
     from rstar2.demo.pipeline import run_demo
+    from rstar2.models.loading import ModelNotFound
     from rstar2.rl.config import LoggingConfig
     from rstar2.rl.silence import NothingLearned
     from rstar2.run.recipe import ConfigError, read_recipe

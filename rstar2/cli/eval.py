@@ -8,9 +8,27 @@ import typer
 
 from rstar2.cli.app import command_group, fail
 from rstar2.cli.data import DATA_DIR_HELP
-from rstar2.cli.options import (DEFAULT_DTYPE, DEFAULT_ENGINE, DEFAULT_MODEL, AnswerTag, BaseUrl, Device, Dtype,
-                                Engine, Fields, Model, PromptVariant, SandboxUrls, Split, Subset, Threads, Tokenizer,
-                                announce_device, field_map, trained_card)
+from rstar2.cli.options import (
+    DEFAULT_DTYPE,
+    DEFAULT_ENGINE,
+    DEFAULT_MODEL,
+    AnswerTag,
+    BaseUrl,
+    Device,
+    Dtype,
+    Engine,
+    Fields,
+    Model,
+    PromptVariant,
+    SandboxUrls,
+    Split,
+    Subset,
+    Threads,
+    Tokenizer,
+    announce_device,
+    field_map,
+    trained_card,
+)
 
 eval_app = command_group(
     "eval",
@@ -78,9 +96,9 @@ def evaluate(
         fail("--bench is required (e.g. --bench aime2024,math500); see `rstar2 eval --help`")
     from rstar2.agent.prompt import PromptConfig
     from rstar2.data import DataError, split_specs
-    from rstar2.engines.device import resolve_device
     from rstar2.eval.launch import RunFailed, default_out_dir, evaluate_and_report
     from rstar2.eval.runner import EvalSettings, RunConflict
+    from rstar2.models.device import resolve_device
 
     if engine == "hf":
         announce_device(device)

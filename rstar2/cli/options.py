@@ -5,7 +5,7 @@ type (tests/docs/test_cli_help.py holds every command to that).
 
 ``trained_card`` finds how the model was trained to be prompted (its ``rstar2.json``), which
 chat and eval use where no option says otherwise. The engine kinds
-(``rstar2.engines.factory.ENGINE_KINDS``, the one vocabulary) and dtypes are the factory's, so a
+(``rstar2.engines.registry.ENGINE_KINDS``, the one vocabulary) and dtypes are the factory's, so a
 new kind there shows up in every command's ``--engine`` choices.
 """
 
@@ -18,8 +18,8 @@ import typer
 
 from rstar2.agent.prompt import PromptConfig
 from rstar2.cli.app import fail
-from rstar2.engines.device import DEVICE_HELP
-from rstar2.engines.factory import ENGINE_KINDS, EngineSpec
+from rstar2.engines.registry import ENGINE_KINDS, EngineSpec
+from rstar2.models.device import DEVICE_HELP
 
 DEFAULT_ENGINE: str = EngineSpec.model_fields["kind"].default
 DTYPES: tuple[str, ...] = get_args(EngineSpec.model_fields["dtype"].annotation)
@@ -81,9 +81,9 @@ RunName = Annotated[Optional[str], typer.Option(
 
 def apply_threads(threads: int | None) -> int | None:
     """Make ``--threads`` the process's choice as soon as it is parsed, before any model
-    loads (``rstar2.engines.loading.use_cpu_threads``)."""
+    loads (``rstar2.models.loading.use_cpu_threads``)."""
     if threads is not None:
-        from rstar2.engines.loading import use_cpu_threads
+        from rstar2.models.loading import use_cpu_threads
 
         use_cpu_threads(threads)
     return threads
@@ -167,7 +167,7 @@ def field_map(pairs: list[str] | None):
 def announce_device(setting: str) -> None:
     """Say on stderr which device ``setting`` resolves to (and why, for auto); a bad or
     missing one stops the command in one line."""
-    from rstar2.engines.device import device_note
+    from rstar2.models.device import device_note
 
     try:
         typer.echo(device_note(setting), err=True)

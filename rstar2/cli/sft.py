@@ -8,8 +8,16 @@ from pathlib import Path
 import typer
 
 from rstar2.cli.app import app, fail
-from rstar2.cli.options import (Overrides, RecipeDevice, Resume, RunName, RunOut, Threads, announce_device,
-                                 recipe_overrides)
+from rstar2.cli.options import (
+    Overrides,
+    RecipeDevice,
+    Resume,
+    RunName,
+    RunOut,
+    Threads,
+    announce_device,
+    recipe_overrides,
+)
 
 
 @app.command()
@@ -31,7 +39,7 @@ def sft(
     final/ (a model directory with its rstar2.json card, for `rstar2 train`, `chat` and `eval`).
     """
     from rstar2.data import DataError
-    from rstar2.engines.loading import ModelNotFound
+    from rstar2.models.loading import ModelNotFound
     from rstar2.recipe import ConfigError
     from rstar2.rl.checkpoint import RunExists
     from rstar2.sft.config import load_sft_config

@@ -7,8 +7,16 @@ from pathlib import Path
 import typer
 
 from rstar2.cli.app import app, fail
-from rstar2.cli.options import (Overrides, RecipeDevice, Resume, RunName, RunOut, Threads, announce_device,
-                                 recipe_overrides)
+from rstar2.cli.options import (
+    Overrides,
+    RecipeDevice,
+    Resume,
+    RunName,
+    RunOut,
+    Threads,
+    announce_device,
+    recipe_overrides,
+)
 
 
 @app.command()
@@ -39,12 +47,12 @@ def train(
     from rstar2.cluster.plan import PlacementError, UnsupportedPlacement
     from rstar2.cluster.sandboxes import SandboxServicesDown
     from rstar2.data import DataError
-    from rstar2.engines.loading import ModelNotFound
-    from rstar2.run.recipe import ConfigError, load_config
+    from rstar2.models.loading import ModelNotFound
+    from rstar2.reward import RewardError
     from rstar2.rl.checkpoint import RunExists
     from rstar2.rl.silence import NothingLearned
-    from rstar2.reward import RewardError
     from rstar2.run import training
+    from rstar2.run.recipe import ConfigError, load_config
 
     try:
         config = load_config(recipe, recipe_overrides(overrides, name, device, out))

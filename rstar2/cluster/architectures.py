@@ -5,7 +5,7 @@ model's ``config.json``, so ``--plan`` runs on a laptop for a 14B recipe.
     arch = architecture(None, model_path="Qwen/Qwen3-1.7B-Base")   # the table knows its hub id
     arch.parameters, arch.kv_bytes_per_token(dtype_bytes=2)
 
-A model path is read as everywhere (``rstar2.engines.loading``): a local directory's
+A model path is read as everywhere (``rstar2.models.loading``): a local directory's
 ``config.json``; a hub id the table knows (``HUB_IDS``) needs nothing else; any other hub id
 has its config and tokenizer files fetched into the HF cache (never the weights).
 """
@@ -87,7 +87,7 @@ def architecture(name: str | None, model_path: str) -> Architecture:
         return KNOWN["smollm2-135m"]
     if model_path.split("@")[0] in HUB_IDS and not Path(model_path).exists():
         return KNOWN[HUB_IDS[model_path.split("@")[0]]]
-    from rstar2.engines.loading import ModelNotFound, resolve_model_dir
+    from rstar2.models.loading import ModelNotFound, resolve_model_dir
 
     try:
         config_file = resolve_model_dir(model_path, weights=False) / "config.json"

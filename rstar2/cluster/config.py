@@ -26,7 +26,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from rstar2.engines.factory import RolloutEngineConfig
+from rstar2.fleet.rollout_engine import RolloutEngineConfig
 from rstar2.rl.config import ModelConfig, RLConfig
 from rstar2.section import Section
 

@@ -15,7 +15,7 @@ so the ranks recompute the old log-probs before updating, exactly as ``LocalLear
 such an engine, and the updated weights are identical to the single-process learner's up to
 float summation order.
 
-It is the engine layer's ``weights.WeightSource``: a direct sync (``engines.weight_sync``)
+It is the ``weights.wire.WeightSource``: a direct sync (``cluster.weight_strategies``)
 has rank 0 form a group with the members and send over it, and ``catch_up`` (the fleet's
 ``on_replaced``) sends the current weights to a member the fleet has just replaced.
 
@@ -36,10 +36,9 @@ import torch
 
 from rstar2.cluster.config import ClusterJob
 from rstar2.cluster.plan import check_learner_options, weight_sync_method
+from rstar2.cluster.weight_strategies import WeightSync
 from rstar2.cluster.weight_sync import open_weight_sync
 from rstar2.engines.base import TrainableEngine
-from rstar2.engines.weight_sync import WeightSync
-from rstar2.engines.weights import Manifest
 from rstar2.rl.checkpoint import (
     TrainingState,
     latest_checkpoint,
@@ -50,6 +49,7 @@ from rstar2.rl.checkpoint import (
 )
 from rstar2.rl.learner import LearnerSettings
 from rstar2.rl.loss import LossStats
+from rstar2.weights.wire import Manifest
 
 
 class DistributedLearner:
@@ -128,7 +128,7 @@ class DistributedLearner:
         if self.sync is not None:
             await self.sync.catch_up(member)
 
-    # ------------------------------------------------- engines.weights.WeightSource
+    # ------------------------------------------------- weights.wire.WeightSource
     async def weight_manifest(self) -> Manifest:
         return await self.ranks[0].weight_manifest.remote()
 

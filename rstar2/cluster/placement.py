@@ -8,7 +8,7 @@ It meets ``rstar2.run.placement.Placement``: the plan is checked first (``check`
 this process joins the Ray cluster ``RAY_ADDRESS`` names (as ``ray job submit -- rstar2 train
 ...`` sets it), or starts a local one, and stays the driver: it owns the step loop, the sampler
 and the grader, while the policy lives in the ``DistributedLearner``'s ranks and the rollouts
-run on a fleet of ``cluster.engines.members`` Ray actor members (``rstar2.engines.fleet``) of
+run on a fleet of ``cluster.engines.members`` Ray actor members (``rstar2.fleet``) of
 ``engine.kind`` ('hf', or 'vllm' with ``gpus_per_member`` GPUs on one node), unless
 ``engine.members`` lists the fleet itself (e.g. external vLLM/SGLang servers). After every
 update the weights reach every member by the sync ``rstar2.cluster.weight_sync`` picks for the
@@ -37,8 +37,8 @@ from rstar2.cluster.learner import DistributedLearner
 from rstar2.cluster.plan import check_cluster_run
 from rstar2.cluster.sandboxes import NodeSandboxes
 from rstar2.engines.base import TrainableEngine
-from rstar2.engines.factory import MemberSpec, open_rollout_engine
-from rstar2.engines.loading import DEFAULT_MODEL
+from rstar2.fleet.rollout_engine import MemberSpec, open_rollout_engine
+from rstar2.models.loading import DEFAULT_MODEL
 from rstar2.rl.learner import LearnerSettings
 
 

@@ -23,7 +23,6 @@ import torch
 import torch.distributed as dist
 
 from rstar2.cluster.fsdp import shard_policy, sharded_logprobs, sharded_update
-from rstar2.engines.weights import manifest_of, open_group, send
 from rstar2.rl.batch import TrainSequence
 from rstar2.rl.checkpoint import load_checkpoint, read, resolve_checkpoint, write_durably
 from rstar2.rl.config import ModelConfig
@@ -32,6 +31,7 @@ from rstar2.rl.loss import LossStats
 from rstar2.rl.optim import build_optimizer, build_scheduler
 from rstar2.rl.policy import load_policy
 from rstar2.rl.update import updates_over_parts
+from rstar2.weights.wire import manifest_of, open_group, send
 
 SHARDED_DIR = "sharded"
 
@@ -96,7 +96,7 @@ class LearnerRank:
         return get_model_state_dict(self.model, options=options)
 
     def join_weight_group(self, address: str, port: int, size: int) -> None:
-        """Rank 0: open the weight-sync group with the engine members (``engines.weights``)."""
+        """Rank 0: open the weight-sync group with the engine members (``weights.wire``)."""
         self.weight_group = open_group(address, port, 0, size)
 
     def weight_manifest(self) -> list:
@@ -112,9 +112,9 @@ class LearnerRank:
 
     def open_transfer(self, address: str, port: int, world: int, client) -> None:
         """Every rank: vLLM's trainer-side NCCL weight-transfer engine over this rank's policy
-        (``engines.vllm_transfer``), replacing the one before; rank 0 is the sender and runs
+        (``fleet.vllm_transfer``), replacing the one before; rank 0 is the sender and runs
         the handshake through ``client``."""
-        from rstar2.engines.vllm_transfer import open_trainer_transfer
+        from rstar2.fleet.vllm_transfer import open_trainer_transfer
 
         if self.transfer is not None:
             self.transfer.shutdown()

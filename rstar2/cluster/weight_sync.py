@@ -1,5 +1,5 @@
-"""The choice of weight sync for a run on Ray: which of the engine layer's strategies
-(``rstar2.engines.weight_sync``) carries the learner's weights to the engines.
+"""The choice of weight sync for a run on Ray: which of the strategies
+(``rstar2.cluster.weight_strategies``) carries the learner's weights to the engines.
 
     sync = open_weight_sync(method, learner, engine)   # method: cluster.weight_sync, resolved
     seconds = await sync.push(version)
@@ -19,16 +19,16 @@ the fleet as its ``on_replaced``).
 
 from __future__ import annotations
 
-from rstar2.engines.base import TrainableEngine
-from rstar2.engines.fleet import Fleet
-from rstar2.engines.weight_sync import (
+from rstar2.cluster.weight_strategies import (
     GatherSync,
     GlooBroadcast,
     GroupSync,
     VLLMTransfer,
     WeightSync,
 )
-from rstar2.engines.weights import BroadcastReceiver, TransferReceiver, WeightSource
+from rstar2.engines.base import TrainableEngine
+from rstar2.fleet import Fleet
+from rstar2.weights.wire import BroadcastReceiver, TransferReceiver, WeightSource
 
 
 def open_weight_sync(method: str, learner: WeightSource, engine: TrainableEngine) -> WeightSync:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from rstar2.data.jsonl import DataError
 from rstar2.data.tables import ROW_READERS
-from rstar2.engines.hub import HUB_ID, download_snapshot
+from rstar2.models.hub import HUB_ID, download_snapshot
 
 CARD = "README.md"
 

@@ -45,12 +45,26 @@ from tqdm import tqdm
 from rstar2 import RECIPES
 from rstar2.agent.prompt import ChatFormat
 from rstar2.agent.rollout import Agent
-from rstar2.data import DataError, Overlap, Problem, find_overlaps, load_benchmark, read_problems, write_jsonl
+from rstar2.data import (
+    DataError,
+    Overlap,
+    Problem,
+    find_overlaps,
+    load_benchmark,
+    read_problems,
+    write_jsonl,
+)
 from rstar2.data.difficulty import split_by_pass_rate
-from rstar2.demo.pipeline import Evaluator, load_pipeline_recipe, machine_dtypes, run_pipeline, train_and_evaluate
-from rstar2.engines.loading import load_tokenizer
+from rstar2.demo.pipeline import (
+    Evaluator,
+    load_pipeline_recipe,
+    machine_dtypes,
+    run_pipeline,
+    train_and_evaluate,
+)
 from rstar2.eval.launch import agent_solver
 from rstar2.eval.runner import SAMPLES_JSONL, EvalSettings, run_eval
+from rstar2.models.loading import load_tokenizer
 from rstar2.reward import Grader
 from rstar2.rl.runlog import read_metrics
 from rstar2.run.config import RunConfig

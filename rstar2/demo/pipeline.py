@@ -20,7 +20,7 @@ Everything lands in ``runs/<name>/``: ``data/``, the SFT run ``sft/`` (its model
 ``sft/final/``), the final model ``final/``, the RL run's ``config.yaml``, ``metrics.jsonl``,
 ``rollouts/`` and ``checkpoints/``, ``eval/{base,sft,final}/``, ``curves.png`` and
 ``summary.json``. One fp32 policy is trained throughout; the dtypes its matmuls and the engine
-compute in are the recipe's, 'auto' (``rstar2.engines.dtype_choice``): bfloat16 autocast and a
+compute in are the recipe's, 'auto' (``rstar2.models.dtype_choice``): bfloat16 autocast and a
 bfloat16 engine copy that samples rollouts and answers the evaluations (weights pushed before
 each) on CPUs with bfloat16 instructions, float32 and an engine that samples from the policy
 itself where bfloat16 would be emulated.
@@ -46,17 +46,17 @@ from rstar2.agent.prompt import ChatFormat
 from rstar2.agent.rollout import Agent, RolloutConfig
 from rstar2.data.benchmarks import load_benchmark
 from rstar2.demo.plot import plot_curves
-from rstar2.engines.loading import load_tokenizer, loadable_model_dir
 from rstar2.eval.launch import agent_solver
 from rstar2.eval.metrics import paired_difference
 from rstar2.eval.runner import SAMPLES_JSONL, EvalSettings, run_eval
 from rstar2.eval.samples import SampleOutcome, read_outcomes
+from rstar2.models.loading import load_tokenizer, loadable_model_dir
+from rstar2.recipe import ConfigError, describe_error, read_recipe
 from rstar2.reward import Grader
 from rstar2.rl.policy import load_policy
 from rstar2.rl.runlog import read_metrics
 from rstar2.run.config import RunConfig
 from rstar2.run.placement import LocalPlacement, rollout_engine
-from rstar2.recipe import ConfigError, describe_error, read_recipe
 from rstar2.run.recipe import validate_config
 from rstar2.run.training import resolve_auto_dtypes, run_training
 from rstar2.sandbox import SandboxClient, local_sandbox

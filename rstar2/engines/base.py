@@ -168,6 +168,10 @@ class EngineLoad(BaseModel):
                               "histogram's count).")
 
 
+class EngineError(RuntimeError):
+    """An engine could not be reached or refused the request (a server, a vLLM engine)."""
+
+
 class TrajectoryLost(RuntimeError):
     """The engine that held this trajectory is gone: run the trajectory again from its start."""
 
@@ -191,7 +195,7 @@ async def run_trajectory(engine: Engine, need_tokens: int,
                          body: Callable[[], Awaitable[Result]]) -> Result:
     """Run ``body`` -- every turn of one trajectory -- as one unit of scheduling.
 
-    On a ``TrajectoryScheduler`` (``rstar2.engines.fleet.Fleet``) the body runs inside
+    On a ``TrajectoryScheduler`` (``rstar2.fleet.Fleet``) the body runs inside
     ``engine.trajectory(need_tokens)``; if the member holding it dies the body raises
     ``TrajectoryLost`` and is run again from its start, so a caller gets exactly one result
     per trajectory. Other engines just run ``body``.

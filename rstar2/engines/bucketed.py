@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
-from rstar2.engines.device import host_to_device
 from rstar2.engines.slots import AttentionPlan, SlotCache
+from rstar2.models.device import host_to_device
 
 MIN_LENGTH = 256
 Forward = Callable[[torch.Tensor, torch.Tensor, AttentionPlan], torch.Tensor]

@@ -23,11 +23,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from rstar2.engines.base import Completion, FinishReason, SamplingParams
-
-
-class EngineError(RuntimeError):
-    """The server could not be reached or refused the request."""
+from rstar2.engines.base import Completion, EngineError, FinishReason, SamplingParams
 
 
 def api_base(url: str) -> str:

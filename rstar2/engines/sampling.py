@@ -10,40 +10,16 @@ The per-row settings arrive as host floats, so which branches run (all greedy? a
 is decided on the host: on a GPU nothing here waits for the device, and the caller's one
 read of the sampled ids per step is the only synchronisation.
 
-Seeded requests (``SamplingParams.seed``) do not draw from the engine's generator: the uniform
-number that picks their ``i``-th token is ``request_uniform(seed, i)``, a counter-based hash
-computed on the host. A row's draws then do not depend on which rows share its batch or in
-which order requests arrived (which, with tool calls returning at wall-clock times, differs
-from run to run), and they are the same numbers on a CPU and on a GPU.
+Seeded requests draw their uniforms from ``seeds.request_uniform`` (see there).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 
-from rstar2.engines.device import host_to_device
-
-
-MASK64 = (1 << 64) - 1
-
-
-def derive_seed(*parts: int) -> int:
-    """A 63-bit seed for the stream named by ``parts`` (e.g. a step's seed, a problem's index and
-    a rollout's index): distinct names give independent streams."""
-    state = np.random.SeedSequence(list(parts)).generate_state(2, np.uint64)[0]
-    return int(state >> np.uint64(1))
-
-
-def request_uniform(seed: int, index: int) -> float:
-    """The ``index``-th uniform number in [0, 1) of the stream ``seed``: SplitMix64's output for
-    that position, so any position is computed directly, without the ones before it."""
-    z = (seed + (index + 1) * 0x9E3779B97F4A7C15) & MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
-    return ((z ^ (z >> 31)) >> 11) * 2.0**-53
+from rstar2.models.device import host_to_device
 
 
 def sample_tokens(

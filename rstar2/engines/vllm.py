@@ -23,7 +23,7 @@ vLLM's msgpack RPC (which refuses both):
   registers (``worker_extension_cls``); each worker's model loads them by name;
 * vLLM's native weight transfer (``WeightTransferConfig(backend="nccl")``): the learner drives
   ``init_weight_transfer_engine`` (once), then ``start_weight_update`` / ``update_weights`` /
-  ``finish_weight_update`` per round while it broadcasts (``rstar2.engines.vllm_transfer``);
+  ``finish_weight_update`` per round while it broadcasts (``rstar2.fleet.vllm_transfer``);
   the methods below pass each call on as vLLM's request objects.
 
 Either way the prefix cache is dropped after: ``reset_prefix_cache()`` answers False while
@@ -42,8 +42,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rstar2.engines.base import Completion, EngineLoad, SamplingParams
-from rstar2.engines.openai import EngineError
+from rstar2.engines.base import Completion, EngineError, EngineLoad, SamplingParams
 
 VLLM_REQUIREMENT = "vllm>=0.33"
 TRANSFER_BACKEND = "nccl"
@@ -137,7 +136,7 @@ class VLLMEngine:
         """KV capacity and use, requests running and waiting, preemptions and decode
         counters, from vLLM's own metrics (the numbers ``vllm serve`` serves at
         ``/metrics``), read in this process."""
-        from rstar2.engines.fleet.members import load_from_samples
+        from rstar2.engines.vllm_metrics import load_from_samples
 
         snapshot = require("vllm.v1.metrics.reader", "get_metrics_snapshot")()
         return load_from_samples(metric_samples(snapshot))
@@ -157,7 +156,7 @@ class VLLMEngine:
         docstring), then drop the prefix cache the old weights computed; later completions
         carry ``version``."""
         from rstar2.engines.vllm_worker import SharedWeights
-        from rstar2.engines.weights import BUCKET_BYTES, buckets, manifest_of
+        from rstar2.weights.wire import BUCKET_BYTES, buckets, manifest_of
 
         if state_dict:
             manifest = manifest_of(dict(state_dict))

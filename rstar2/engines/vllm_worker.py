@@ -28,7 +28,7 @@ from collections.abc import Mapping
 
 import torch
 
-from rstar2.engines.weights import Manifest, dtype_name, nbytes
+from rstar2.weights.wire import Manifest, dtype_name, nbytes
 
 ALIGN = 64  # every tensor starts on this byte boundary, so it can be viewed in its dtype
 EXTENSION = f"{__name__}.WeightLoader"

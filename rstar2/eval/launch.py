@@ -1,7 +1,7 @@
 """Everything a run needs around the runner: the engine, the sandbox, the agent, the solver.
 
 Contract of ``evaluate(settings, out_dir, ...)``: load the benchmarks, open the engine
-(``rstar2.engines.factory``), the sandbox (the given services, or a private local one for the
+(``rstar2.engines.registry``), the sandbox (the given services, or a private local one for the
 run when the tool is offered) and the agent loop with the run's limits, run ``runner.run_eval``
 and close everything, also on failure. An engine or sandbox that fails mid-run becomes
 ``RunFailed`` saying how many samples are saved and how to continue.
@@ -23,12 +23,18 @@ from rstar2.agent.prompt import PromptConfig
 from rstar2.agent.rollout import Agent, RolloutConfig
 from rstar2.agent.trajectory import Trajectory
 from rstar2.data.benchmarks import load_benchmark
-from rstar2.data.problems import FieldMap
-from rstar2.data.problems import Problem
-from rstar2.engines.factory import EngineSpec, open_engine
-from rstar2.engines.openai import EngineError
+from rstar2.data.problems import FieldMap, Problem
+from rstar2.engines.base import EngineError
+from rstar2.engines.registry import EngineSpec, open_engine
 from rstar2.eval.report import markdown_table
-from rstar2.eval.runner import SAMPLES_JSONL, EvalSettings, Solution, Solve, check_output_dir, run_eval
+from rstar2.eval.runner import (
+    SAMPLES_JSONL,
+    EvalSettings,
+    Solution,
+    Solve,
+    check_output_dir,
+    run_eval,
+)
 from rstar2.eval.samples import read_outcomes
 from rstar2.reward import extract_answer
 from rstar2.sandbox import SandboxClient, SandboxError, local_sandbox

@@ -37,11 +37,11 @@ from rstar2.agent.tools import ToolSpec
 from rstar2.data.benchmarks import Benchmark
 from rstar2.data.problems import Problem
 from rstar2.engines.base import SamplerFloat
-from rstar2.engines.device import DEVICE_HELP, DeviceSetting
-from rstar2.engines.factory import EngineKind
+from rstar2.engines.registry import EngineKind
 from rstar2.eval.progress import RunProgress
 from rstar2.eval.report import build_results, write_reports
 from rstar2.eval.samples import SampleKey, SampleOutcome, SampleRecord, open_log
+from rstar2.models.device import DEVICE_HELP, DeviceSetting
 from rstar2.reward import Grader
 
 CONFIG_JSON = "config.json"

@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from rstar2.engines.device import DeviceSetting
+from rstar2.models.device import DeviceSetting
 from rstar2.section import Section
 
 
@@ -39,7 +39,7 @@ class ModelConfig(Section):
     """The policy's starting weights: 'default' (the embedded SmolLM2-135M-Instruct), a .gguf
     file, a local transformers model directory, or a Hugging Face hub id such as
     'Qwen/Qwen3-1.7B' ('@REVISION' pins one), resolved into the standard HF cache (see
-    ``rstar2.engines.loading``)."""
+    ``rstar2.models.loading``)."""
     device: DeviceSetting = "auto"
     """Where the policy is trained: 'auto' (cuda when a GPU is available, else cpu), 'cpu',
     'cuda' or 'cuda:N'. Batches are built on it, and the embedded engine samples on it unless
@@ -52,7 +52,7 @@ class ModelConfig(Section):
     weights is mixed precision: faster on CPUs with bfloat16 instructions (AVX-512-bf16, AMX;
     docs/benchmarks.md), while the weights and their updates stay float32; on CPUs without
     them it is several times slower. 'auto' decides at start from the CPU's instructions, or a
-    probe of a second where they do not settle it (``rstar2.engines.dtype_choice``); the run
+    probe of a second where they do not settle it (``rstar2.models.dtype_choice``); the run
     prints the choice and its config.yaml records it."""
     lora: LoraConfig | None = None
     """Train LoRA adapters instead of all weights (peft); null trains everything."""

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn.attention import SDPBackend
 
-from rstar2.engines.device import module_device
+from rstar2.models.device import module_device
 from rstar2.rl.batch import TrainSequence
 
 IGNORE = -100

@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 
 from rstar2.agent.card import ModelCard, write_card
-from rstar2.engines.device import resolve_device
-from rstar2.engines.loading import load_model
+from rstar2.models.device import resolve_device
+from rstar2.models.loading import load_model
 from rstar2.rl.config import ModelConfig
 
 

@@ -32,7 +32,7 @@ from huggingface_hub import HfApi, constants, get_token
 from huggingface_hub.errors import HfHubHTTPError
 
 from rstar2.agent.card import CARD_FILE, CardError, read_card
-from rstar2.engines.hub import split_hub_id
+from rstar2.models.hub import split_hub_id
 
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
 """The weight files transformers writes (``save_pretrained``: safetensors, or the older

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from rstar2.agent.rollout import Agent, CodeRunner, RolloutConfig
 from rstar2.data.problems import Problem
 from rstar2.engines.base import TrainableEngine
-from rstar2.engines.sampling import derive_seed
+from rstar2.engines.seeds import derive_seed
 from rstar2.reward import CustomReward, Grade, Grader, Score
 from rstar2.rl.metrics import Rollout
 from rstar2.rl.roc import trajectory_facts

@@ -47,7 +47,7 @@ import numpy as np
 
 from rstar2.agent.trajectory import Trajectory
 from rstar2.data.problems import Problem
-from rstar2.engines.sampling import derive_seed
+from rstar2.engines.seeds import derive_seed
 from rstar2.reward import Score
 from rstar2.rl.advantage import GroupAlgorithm, group_algorithm
 from rstar2.rl.batch import TrainSequence

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from rstar2.engines.device import module_device
+from rstar2.models.device import module_device
 from rstar2.rl.batch import TrainSequence, micro_batches
 from rstar2.rl.config import LossConfig
 from rstar2.rl.loss import Behaviour, LossStats, policy_loss, token_entropy, token_logprobs
@@ -51,7 +51,7 @@ class UpdateSettings:
 
 def autocast(model: torch.nn.Module, compute_dtype: str):
     """The mixed-precision context of ``compute_dtype`` on the model's device (none for float32;
-    'auto' must have been made concrete first, ``rstar2.engines.dtype_choice``)."""
+    'auto' must have been made concrete first, ``rstar2.models.dtype_choice``)."""
     if compute_dtype == "float32":
         return contextlib.nullcontext()
     if compute_dtype != "bfloat16":

@@ -6,7 +6,7 @@
 ``checkpoint`` and ``logging`` (``rstar2.rl.config``), ``data`` (the training set),
 ``validation`` (held-out problems the policy answers during training, ``rstar2.rl.validation``),
 ``rollout`` (the agent's limits and sampling, ``rstar2.agent.rollout.RolloutConfig``, handed to
-the agent as it is), ``engine`` (what generates the rollouts, ``rstar2.engines.factory``),
+the agent as it is), ``engine`` (what generates the rollouts, ``rstar2.fleet.rollout_engine``),
 ``sandbox`` (where tool calls run) and ``cluster`` (``rstar2.cluster.config``; null trains in
 this process). Every
 field carries its documentation as the docstring under it; defaults are the paper's values
@@ -24,7 +24,7 @@ from pydantic import Field, model_validator
 from rstar2.agent.rollout import RolloutConfig
 from rstar2.cluster.config import ClusterConfig
 from rstar2.data.problems import FieldMap
-from rstar2.engines.factory import RolloutEngineConfig
+from rstar2.fleet.rollout_engine import RolloutEngineConfig
 from rstar2.rl.config import CheckpointConfig, LoggingConfig, ModelConfig, RLConfig
 from rstar2.section import Section
 

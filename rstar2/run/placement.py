@@ -27,8 +27,8 @@ import torch
 
 from rstar2.agent.card import ModelCard
 from rstar2.engines.base import TrainableEngine
-from rstar2.engines.device import module_device
-from rstar2.engines.factory import open_rollout_engine
+from rstar2.fleet.rollout_engine import open_rollout_engine
+from rstar2.models.device import module_device
 from rstar2.rl.learner import Learner, LearnerSettings, LocalLearner
 from rstar2.rl.policy import load_policy, save_policy
 from rstar2.run.config import RunConfig

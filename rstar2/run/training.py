@@ -37,9 +37,9 @@ from rstar2.data import DataError
 from rstar2.data.benchmarks import load_benchmark
 from rstar2.data.problems import Problem, read_ids
 from rstar2.engines.base import TrainableEngine
-from rstar2.engines.device import resolve_device
-from rstar2.engines.dtype_choice import ModelShapes, resolve_dtype
-from rstar2.engines.loading import load_tokenizer, loadable_model_dir
+from rstar2.models.device import resolve_device
+from rstar2.models.dtype_choice import ModelShapes, resolve_dtype
+from rstar2.models.loading import load_tokenizer, loadable_model_dir
 from rstar2.reward import CustomReward, Grader, RewardError
 from rstar2.rl.checkpoint import check_run_dir
 from rstar2.rl.learner import Learner
@@ -66,7 +66,7 @@ def train(config: RunConfig, resume: bool = False, console: Console | None = Non
 
 def resolve_auto_dtypes(config: RunConfig) -> tuple[RunConfig, str]:
     """``config`` with ``model.compute_dtype`` and ``engine.dtype`` 'auto' made concrete for
-    this machine (``rstar2.engines.dtype_choice``), and the one line that says what was chosen
+    this machine (``rstar2.models.dtype_choice``), and the one line that says what was chosen
     and why ('' when nothing was 'auto'). An engine that would hold a copy of the weights in
     the policy's own dtype on its own device samples from the policy itself instead (no second
     copy, no recomputed log-probs), as one does with LoRA. The run's config.yaml then records

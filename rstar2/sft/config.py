@@ -19,7 +19,7 @@ from pydantic import ConfigDict, Field
 
 from rstar2.agent.card import ModelCard, new_card
 from rstar2.agent.prompt import DEFAULT_TOOL_NAME, PromptConfig
-from rstar2.engines.device import DeviceSetting
+from rstar2.models.device import DeviceSetting
 from rstar2.recipe import read_recipe, validate_tree
 from rstar2.rl.config import CheckpointConfig, LoggingConfig, LoraConfig, ModelConfig
 from rstar2.section import Section

@@ -250,7 +250,7 @@ def write_gsm8k_conversations(source: str, out: Path, limit: int | None = None, 
     model's tokenizer and a private sandbox. The conversations carry no system message, so the
     SFT recipe's prompt decides how they are asked."""
     from rstar2.data.benchmarks import load_benchmark
-    from rstar2.engines.loading import load_tokenizer
+    from rstar2.models.loading import load_tokenizer
     from rstar2.sandbox import SandboxClient, local_sandbox
     from rstar2.sft.dataset import write_traces
 

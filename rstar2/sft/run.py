@@ -36,10 +36,9 @@ from rich.console import Console
 
 from rstar2.agent.prompt import ChatFormat
 from rstar2.data.jsonl import DataError
-from rstar2.engines.loading import load_tokenizer, loadable_model_dir
+from rstar2.models.loading import load_tokenizer, loadable_model_dir
 from rstar2.rl.batch import TrainSequence
-from rstar2.rl.checkpoint import CheckpointWriter, latest_checkpoint, load_checkpoint
-from rstar2.rl.checkpoint import check_run_dir
+from rstar2.rl.checkpoint import CheckpointWriter, check_run_dir, latest_checkpoint, load_checkpoint
 from rstar2.rl.policy import load_policy, save_policy
 from rstar2.rl.runlog import RunLog
 from rstar2.sft.chat import conversation_sequence, read_conversations

@@ -16,7 +16,7 @@ packed end to end into rows of at most ``micro_batch_tokens`` tokens with no pad
 forward pass (``rstar2.rl.packing``: each trace attends only to itself, the opening all traces
 share, the system prompt, is computed once per row, and the LM head runs only where a trained
 token is predicted). ``compute_dtype`` 'auto' is bfloat16 autocast on machines whose CPU computes in
-bfloat16 and float32 elsewhere (``rstar2.engines.dtype_choice``). ``freeze_embeddings`` keeps
+bfloat16 and float32 elsewhere (``rstar2.models.dtype_choice``). ``freeze_embeddings`` keeps
 the input embeddings (tied to the LM head in the small models) fixed. AdamW with linear
 warm-up (then constant or cosine) is the trainer's (``rl.optim``).
 """
@@ -31,8 +31,8 @@ import torch
 from pydantic import BaseModel, Field
 
 from rstar2.agent.trajectory import Trajectory
-from rstar2.engines.device import module_device
-from rstar2.engines.dtype_choice import ModelShapes, resolve_dtype
+from rstar2.models.device import module_device
+from rstar2.models.dtype_choice import ModelShapes, resolve_dtype
 from rstar2.rl.batch import TrainSequence
 from rstar2.rl.config import OptimizerConfig
 from rstar2.rl.optim import build_optimizer, build_scheduler

@@ -14,10 +14,10 @@ from rstar2.agent.tools import ToolSpec
 from rstar2.cli import app
 from rstar2.cli.chat import chat_rollout_config
 from rstar2.cli.options import trained_card
-from rstar2.engines.server import create_app
 from rstar2.eval.launch import rollout_config
 from rstar2.eval.runner import EvalSettings
 from rstar2.rl.policy import save_policy
+from rstar2.serve.server import create_app
 from tests.engines.serving import serving
 
 runner = CliRunner()
@@ -46,7 +46,7 @@ def test_a_published_model_keeps_its_card_through_the_hub_cache(trained_dir, tmp
     files a download fetches, and read by hub id; a server's model name is not looked up."""
     import huggingface_hub
 
-    from rstar2.engines.hub import CONFIG_FILES
+    from rstar2.models.hub import CONFIG_FILES
     from tests.families import install_in_hf_cache
 
     assert CARD_FILE in CONFIG_FILES

@@ -11,12 +11,12 @@ import torch
 
 pytest.importorskip("ray", reason="the distributed learner needs the [ray] extra (scripts/setup.sh)")
 
-from rstar2.engines.factory import MemberSpec, open_fleet
+from rstar2.fleet.rollout_engine import MemberSpec, open_fleet
 from rstar2.engines.hf import HFEngine, HFEngineConfig
-from rstar2.engines.weights import checksum
 from rstar2.rl.learner import LocalLearner
 from rstar2.rl.policy import load_policy
 from rstar2.run.settings import learner_settings
+from rstar2.weights.wire import checksum
 from tests.cluster.test_fsdp_learner import LR, batch, config, distributed  # noqa: F401
 
 pytestmark = [pytest.mark.gpu,

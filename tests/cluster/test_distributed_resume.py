@@ -25,11 +25,18 @@ import time
 import pytest
 import torch
 
-from rstar2.engines.loading import load_model
+from rstar2.models.loading import load_model
 from rstar2.rl.runlog import read_metrics
 from rstar2.sft.dataset import split_tasks, write_problems
-from tests.cluster.cluster_runs import (HELD, HOLD_AFTER, REPO, kill_group, run_env, step_problems,
-                                        train_command)
+from tests.cluster.cluster_runs import (
+    HELD,
+    HOLD_AFTER,
+    REPO,
+    kill_group,
+    run_env,
+    step_problems,
+    train_command,
+)
 
 STEPS = 2
 RUN_TIMEOUT_S = 300

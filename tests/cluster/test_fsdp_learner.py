@@ -125,7 +125,7 @@ def test_sharded_checkpoint_resumes_exactly_and_exports(family, config, tiny_mod
     """Two learners of two ranks, one after the other: the second restores the first's
     checkpoint (weights, AdamW's moments, the schedule) and exports. CI runs it on the tiny
     Qwen3, whose shards take the same path; the default model's is slow."""
-    from rstar2.engines.loading import load_model
+    from rstar2.models.loading import load_model
 
     config = of_family(config, family, tiny_models)
     engine = float32_engine(config)

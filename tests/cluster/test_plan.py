@@ -183,7 +183,7 @@ def test_a_cluster_run_without_any_sandbox_is_refused():
 
 
 def test_parameter_count_matches_the_real_model():
-    from rstar2.engines.loading import load_model
+    from rstar2.models.loading import load_model
 
     model = load_model("default", dtype="float32")
     arch = from_config_json(model.config.to_dict())

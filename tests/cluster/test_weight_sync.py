@@ -10,13 +10,13 @@ import torch
 
 pytest.importorskip("ray", reason="the distributed learner needs the [ray] extra (scripts/setup.sh)")
 
+from rstar2.cluster.weight_strategies import GlooBroadcast, GroupSync
 from rstar2.engines.base import SamplingParams
-from rstar2.engines.factory import MemberSpec, open_fleet
-from rstar2.engines.fleet.members import MemberDown
-from rstar2.engines.loading import load_model, load_tokenizer
-from rstar2.engines.weight_sync import GlooBroadcast, GroupSync
-from rstar2.engines.weights import buckets, checksum, manifest_of
+from rstar2.fleet.rollout_engine import MemberSpec, open_fleet
+from rstar2.fleet.members import MemberDown
+from rstar2.models.loading import load_model, load_tokenizer
 from rstar2.rl.update import UpdateSettings, recompute_logprobs
+from rstar2.weights.wire import buckets, checksum, manifest_of
 from tests.cluster.test_fsdp_learner import batch, config, distributed, of_family  # noqa: F401
 from tests.polling import wait_until
 

@@ -11,7 +11,8 @@ from rstar2.engines.base import SamplingParams
 from rstar2.engines.hf import HFEngine, HFEngineConfig
 from rstar2.engines.hf import sampling as hf_sampling
 from rstar2.engines.hf.requests import Resident
-from rstar2.engines.sampling import request_uniform, sample_tokens
+from rstar2.engines.sampling import sample_tokens
+from rstar2.engines.seeds import request_uniform
 from tests.polling import until
 
 SYSTEM = "You are a careful assistant. Answer briefly, in one sentence, and stay on topic."

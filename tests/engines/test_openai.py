@@ -9,7 +9,7 @@ import pytest
 
 from rstar2.engines.base import SamplingParams
 from rstar2.engines.openai import EngineError, OpenAIEngine, api_base
-from rstar2.engines.server import create_app
+from rstar2.serve.server import create_app
 from tests.engines.serving import serving
 
 GREEDY = SamplingParams(temperature=0, max_tokens=16)

@@ -5,7 +5,8 @@ import torch
 from pydantic import ValidationError
 
 from rstar2.engines.base import SMALLEST_SAMPLED, SamplingParams
-from rstar2.engines.sampling import derive_seed, nucleus, request_uniform, sample_tokens
+from rstar2.engines.sampling import nucleus, sample_tokens
+from rstar2.engines.seeds import derive_seed, request_uniform
 
 
 def test_greedy_rows_take_the_argmax_with_plain_log_softmax():

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rstar2.engines.base import SamplingParams
-from rstar2.engines.loading import resolve_model_dir
+from rstar2.models.loading import resolve_model_dir
 
 pytestmark = [
     pytest.mark.gpu,
@@ -35,8 +35,8 @@ def test_vllm_engine_generates_token_ids_with_logprobs(tokenizer):
 def test_vllm_engine_reads_its_load_and_stamps_the_weight_version(tokenizer):
     """The KV gauges read in process, and a state dict through the worker extension (shared
     memory), stamped with a version; vLLM's own checksums of every worker."""
-    from rstar2.engines.loading import load_model
     from rstar2.engines.vllm import VLLMEngine
+    from rstar2.models.loading import load_model
 
     engine = VLLMEngine(str(resolve_model_dir("default")), dtype="bfloat16",
                         gpu_memory_utilization=0.3, max_model_len=2048)
@@ -64,7 +64,7 @@ def test_vllm_engine_reads_its_load_and_stamps_the_weight_version(tokenizer):
 
 def test_a_vllm_ray_member_is_placed_on_a_gpu_and_serves(tokenizer):
     ray = pytest.importorskip("ray")
-    from rstar2.engines.factory import MemberSpec, open_fleet
+    from rstar2.fleet.rollout_engine import MemberSpec, open_fleet
 
     ray.init(include_dashboard=False, log_to_driver=False)
     fleet = open_fleet([MemberSpec(kind="vllm", ray=True, gpus=1, max_batch_size=8,

@@ -121,7 +121,6 @@ def test_the_pin_is_the_installed_vllm():
     """The gpu extra's floor is the version these tests run on (the test setup's pin), and
     the engine's feature test names what is missing."""
     import tomllib
-
     import vllm
 
     from rstar2.engines.vllm import VLLM_REQUIREMENT, require
@@ -269,7 +268,7 @@ def test_engine_args_are_vllms(recorded, model_dir):
     from vllm.config import WeightTransferConfig
     from vllm.engine.arg_utils import AsyncEngineArgs
 
-    from rstar2.engines.factory import MemberSpec, member_settings
+    from rstar2.fleet.rollout_engine import MemberSpec, member_settings
     from rstar2.engines.vllm import VLLMEngine
     from rstar2.engines.vllm_worker import EXTENSION
 
@@ -420,7 +419,7 @@ def test_the_trainer_side_is_vllms():
     )
     from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
 
-    from rstar2.engines.vllm_transfer import FanOutClient, state_dict_source
+    from rstar2.fleet.vllm_transfer import FanOutClient, state_dict_source
 
     class Member:
         def __init__(self):
@@ -478,8 +477,8 @@ def test_metrics_are_read_with_vllms_reader():
     from prometheus_client import REGISTRY
     from vllm.v1.metrics.reader import Counter, Gauge, Histogram, get_metrics_snapshot
 
-    from rstar2.engines.fleet.members import load_from_samples
     from rstar2.engines.vllm import metric_samples
+    from rstar2.engines.vllm_metrics import load_from_samples
     from tests.fakes.vllm_cpu.metrics import StandInCollector, register_metrics
 
     llm = SimpleNamespace(engine=SimpleNamespace(load=lambda: SimpleNamespace(
@@ -507,7 +506,7 @@ def test_vllm_serve_routes_are_vllms():
     from vllm.distributed.weight_transfer import HTTPVLLMWeightSyncClient
     from vllm.entrypoints.rl.online.api_router import router
 
-    from rstar2.engines.fleet.vllm_server import VLLMServerMember
+    from rstar2.fleet.vllm_server import VLLMServerMember
 
     routes = {route.path: route for route in router.routes}
     sent = {  # route -> (method, query fields, body fields) as VLLMServerMember sends them

@@ -75,7 +75,7 @@ def family_config(family: str, tokenizer):
 
 
 def smollm2_dir() -> Path:
-    from rstar2.engines.loading import resolve_model_dir
+    from rstar2.models.loading import resolve_model_dir
 
     return resolve_model_dir("default")
 
@@ -113,9 +113,11 @@ def qwen_tokenizer(chat_template: str):
 
 def corpus() -> list[str]:
     """Text like what the models will see: rstar2's prompts, tool schema and task traces."""
-    from rstar2.agent.prompt import PromptConfig, system_prompt, tool_schema, user_message
-    from rstar2.sft.tasks import FAMILIES as TASKS, make_task
     import numpy as np
+
+    from rstar2.agent.prompt import PromptConfig, system_prompt, tool_schema, user_message
+    from rstar2.sft.tasks import FAMILIES as TASKS
+    from rstar2.sft.tasks import make_task
 
     rng = np.random.default_rng(0)
     tasks = [make_task(rng, name, level) for name in TASKS for level in ("basic", "hard") for _ in range(8)]

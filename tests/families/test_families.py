@@ -9,19 +9,19 @@ import json
 import pytest
 import torch
 
-from rstar2.agent.card import read_card, new_card
+from rstar2.agent.card import new_card, read_card
 from rstar2.agent.prompt import PromptConfig
 from rstar2.agent.rollout import Agent, RolloutConfig
 from rstar2.engines.base import SamplingParams
 from rstar2.engines.hf import HFEngine, HFEngineConfig
-from rstar2.engines.loading import load_model, load_tokenizer
 from rstar2.eval.launch import evaluate
 from rstar2.eval.runner import EvalSettings
+from rstar2.models.loading import load_model, load_tokenizer
 from rstar2.rl.batch import TrainSequence
-from rstar2.run.recipe import validate_config
-from rstar2.run.settings import learner_settings
 from rstar2.rl.learner import LocalLearner
 from rstar2.rl.policy import load_policy, save_policy
+from rstar2.run.recipe import validate_config
+from rstar2.run.settings import learner_settings
 from rstar2.sandbox import SandboxClient
 from tests.families import FAMILIES
 

@@ -8,11 +8,11 @@ import torch
 
 from rstar2.agent.prompt import PromptConfig
 from rstar2.demo.pipeline import DemoSettings
-from rstar2.engines.loading import load_tokenizer
+from rstar2.models.loading import load_tokenizer
 from rstar2.rl.config import ModelConfig
+from rstar2.rl.learner import LocalLearner
 from rstar2.rl.policy import load_policy
 from rstar2.rl.runlog import read_metrics
-from rstar2.rl.learner import LocalLearner
 from rstar2.run.placement import rollout_engine
 from rstar2.run.settings import learner_settings
 from rstar2.sandbox import SandboxClient

@@ -11,15 +11,15 @@ import pytest
 
 from rstar2.data.problems import read_problems
 from rstar2.engines.base import SamplingParams
-from rstar2.engines.fleet import Fleet
-from rstar2.engines.loading import load_tokenizer
+from rstar2.fleet import Fleet
+from rstar2.models.loading import load_tokenizer
 from rstar2.reward import Grader
 from rstar2.rl.policy import load_policy
 from rstar2.sandbox import SandboxClient
 from tests.rl.test_trainer import local_trainer, make_config, rl_data  # noqa: F401  (fixture)
 
 ray = pytest.importorskip("ray", reason="the Ray tests need the 'ray' extra (scripts/setup.sh)")
-from rstar2.engines.fleet.ray_member import RayMember  # noqa: E402
+from rstar2.fleet.ray_member import RayMember  # noqa: E402
 
 SETTINGS = {"dtype": "bfloat16", "kv_budget_tokens": 1600, "max_batch_size": 8}
 

@@ -6,10 +6,10 @@ every other setting is the recipe's. Its memory plan is tested in tests/cluster/
 from pathlib import Path
 
 from rstar2.agent.card import read_card
-from rstar2.engines.loading import load_model
+from rstar2.models.loading import load_model
+from rstar2.rl.runlog import read_metrics
 from rstar2.run.recipe import load_config
 from rstar2.run.training import train
-from rstar2.rl.runlog import read_metrics
 from rstar2.sft.config import load_sft_config
 from rstar2.sft.gsm8k import write_gsm8k_conversations
 from rstar2.sft.run import run_sft

@@ -8,7 +8,7 @@ import threading
 from rstar2.agent.rollout import RolloutConfig
 from rstar2.data.problems import Problem
 from rstar2.engines.hf import HFEngine, HFEngineConfig
-from rstar2.engines.sampling import derive_seed
+from rstar2.engines.seeds import derive_seed
 from rstar2.reward import Grader, score
 from rstar2.rl.sampler import GradeStream, Sampler
 from rstar2.sandbox import SandboxClient

@@ -9,7 +9,7 @@ import pytest
 
 from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.data import DataError
-from rstar2.engines.loading import load_tokenizer
+from rstar2.models.loading import load_tokenizer
 from rstar2.sandbox import SandboxClient
 from rstar2.sft.chat import conversation_sequence, read_conversations
 from rstar2.sft.dataset import sft_traces, split_tasks, write_traces

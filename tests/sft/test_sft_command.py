@@ -13,7 +13,7 @@ import yaml
 from rstar2.agent.card import read_card
 from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.data import DataError
-from rstar2.engines.loading import load_model
+from rstar2.models.loading import load_model
 from rstar2.rl.checkpoint import RunExists
 from rstar2.rl.runlog import read_metrics
 from rstar2.sandbox import SandboxClient

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rstar2.agent.prompt import ChatFormat, PromptConfig
-from rstar2.engines.loading import load_model, load_tokenizer
+from rstar2.models.loading import load_model, load_tokenizer
 from rstar2.rl.batch import TrainSequence
 from rstar2.rl.packing import IGNORE, pack_rows, packed_attention, packed_nll
 from rstar2.sft.train import SFTSettings, resolve_sft_dtype, sft_optimizer, sft_step

@@ -18,9 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.view_bench import (CHROMIUM, CHROMIUM_ARGS, Viewer, demo_tasks, sample_problems, write_eval_run,
-                                    write_training_run)
-from rstar2.engines.loading import load_tokenizer
+from benchmarks.view_bench import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    Viewer,
+    demo_tasks,
+    sample_problems,
+    write_eval_run,
+    write_training_run,
+)
+from rstar2.models.loading import load_tokenizer
 from rstar2.reward import Grader
 from rstar2.sandbox import SandboxClient
 

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from rstar2.engines.device import DEVICE_HELP, DeviceSetting
+from rstar2.models.device import DEVICE_HELP, DeviceSetting
 
 
 class HFEngineConfig(BaseModel):

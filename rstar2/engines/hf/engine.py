@@ -18,14 +18,14 @@ import torch
 
 from rstar2.engines import slots
 from rstar2.engines.base import Completion, EngineLoad, SamplingParams
-from rstar2.engines.device import resolve_device
 from rstar2.engines.hf.compute import Compute
 from rstar2.engines.hf.config import HFEngineConfig
 from rstar2.engines.hf.kv import KVBudget
 from rstar2.engines.hf.requests import Request, Resident, resolve
 from rstar2.engines.hf.sampling import draw, finish_reason
 from rstar2.engines.hf.table import SlotTable
-from rstar2.engines.loading import load_model, load_tokenizer, set_cpu_threads
+from rstar2.models.device import resolve_device
+from rstar2.models.loading import load_model, load_tokenizer, set_cpu_threads
 
 
 class HFEngine:

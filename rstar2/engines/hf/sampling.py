@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 
 from rstar2.engines.hf.requests import Resident
-from rstar2.engines.sampling import request_uniform, sample_tokens
+from rstar2.engines.sampling import sample_tokens
+from rstar2.engines.seeds import request_uniform
 
 
 def draw(rows: list[Resident], logits: torch.Tensor, generator: torch.Generator

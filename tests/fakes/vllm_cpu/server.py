@@ -10,7 +10,7 @@ def serve_app(llm, model_name: str = "default"):
     """The ASGI app (serve it with ``tests.engines.serving.serving``)."""
     from vllm.entrypoints.rl.online.api_router import router
 
-    from rstar2.engines.server import create_app
+    from rstar2.serve.server import create_app
 
     app = create_app(llm.engine, model_name)
     app.include_router(router)

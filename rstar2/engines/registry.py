@@ -1,0 +1,123 @@
+"""One place that turns "which engine, which model" into an engine and its tokenizer.
+
+Used by ``rstar2 chat``, ``eval``, the demo and the trainer, so that every command and recipe
+accepts the same engine names and means the same thing by them. The vocabulary is
+``ENGINE_KINDS``, defined here once:
+
+* ``hf``     -- transformers in this process (``HFEngine``, CPU or one GPU);
+* ``openai`` -- an OpenAI-compatible server (vLLM, SGLang, ``rstar2 serve-model``) at a URL;
+* ``vllm``   -- vLLM in this process (``VLLMEngine``, GPU).
+
+Training needs a ``TrainableEngine`` (one that takes new weights): ``hf`` or ``vllm``; an
+``openai`` server keeps its own weights. A rollout fleet over several engines is built one
+layer up (``rstar2.fleet.rollout_engine``).
+
+This module does not import torch (the run config reads the vocabulary from it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, get_args
+
+from pydantic import BaseModel, Field
+
+from rstar2.engines.base import Engine, TrainableEngine
+from rstar2.models.device import DEVICE_HELP, DeviceSetting
+
+EngineKind = Literal["hf", "openai", "vllm"]
+ENGINE_KINDS: tuple[str, ...] = get_args(EngineKind)
+"""Every engine name, for ``--engine`` choices and config fields."""
+TRAINABLE_ENGINE_KINDS: tuple[str, ...] = ("hf", "vllm")
+"""The engines a trainer can push weights to."""
+
+
+def check_engine_kind(kind: str) -> str:
+    """``kind`` if it names an engine, else a one-line ``ValueError`` listing the names."""
+    if kind not in ENGINE_KINDS:
+        raise ValueError(f"unknown engine {kind!r}: choose one of {', '.join(ENGINE_KINDS)}")
+    return kind
+
+
+class EngineSpec(BaseModel):
+    """Which engine serves which model."""
+
+    kind: EngineKind = Field(
+        "hf", description="'hf': transformers in this process; 'openai': an OpenAI-compatible "
+        "server (vLLM, SGLang, rstar2 serve-model); 'vllm': vLLM in this process (GPU).")
+    model: str = Field("default", description="'default', a .gguf file, a local model "
+                       "directory or a Hugging Face hub id (org/name[@revision]); for 'openai' "
+                       "also the name a server serves.")
+    base_url: str | None = Field(None, description="Server URL for 'openai', e.g. "
+                                 "http://localhost:8000/v1.")
+    tokenizer: str | None = Field(None, description="Where to load the tokenizer from when "
+                                  "'model' is not a local model (a served name).")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "bfloat16", description="Weights dtype for 'hf' and 'vllm'.")
+    max_batch_size: int = Field(32, ge=1, description="Sequences decoded together ('hf').")
+    seed: int = Field(0, description="Seed of the engine's sampling ('hf' and 'vllm').")
+    device: DeviceSetting = Field("auto", description="Where 'hf' runs the model: "
+                        + DEVICE_HELP + " Ignored when a model object is passed in.")
+
+
+def open_engine(spec: EngineSpec, *, model=None, tokenizer=None) -> tuple[Engine, object]:
+    """The engine ``spec`` describes and the tokenizer its token ids belong to.
+
+    ``model``: an already loaded transformers model for 'hf' to sample from itself (colocated
+    with a trainer that owns it) instead of loading ``spec.model``; ``tokenizer``: an already
+    loaded tokenizer to use instead of loading one."""
+    if spec.kind == "hf":
+        from rstar2.engines.hf import HFEngine, HFEngineConfig
+
+        engine = HFEngine(HFEngineConfig(model=spec.model, dtype=spec.dtype, seed=spec.seed,
+                                         device=spec.device,
+                                         max_batch_size=spec.max_batch_size),
+                          model=model, tokenizer=tokenizer)
+        return engine, engine.tokenizer
+    if model is not None:
+        raise ValueError(f"only the 'hf' engine samples from a model in this process, not {spec.kind!r}")
+    from rstar2.models.loading import ModelNotFound, load_tokenizer
+
+    if spec.kind == "vllm":
+        from rstar2.engines.vllm import VLLMEngine
+
+        engine = VLLMEngine(model_location(spec.model), dtype=spec.dtype, seed=spec.seed)
+        return engine, tokenizer or load_tokenizer(spec.tokenizer or spec.model)
+    if not spec.base_url:
+        raise ValueError("the 'openai' engine needs a server URL (--base-url)")
+    from rstar2.engines.openai import OpenAIEngine
+
+    source = spec.tokenizer or spec.model
+    if tokenizer is None:
+        try:
+            tokenizer = load_tokenizer(source)
+        except ModelNotFound as error:
+            raise ValueError(f"cannot load a tokenizer for {source!r} ({error}): pass a local "
+                             "model directory or a hub id as --tokenizer") from None
+    served = None if is_local_model(spec.model) else spec.model
+    return OpenAIEngine(spec.base_url, model=served), tokenizer
+
+
+def open_trainable_engine(spec: EngineSpec, *, model=None, tokenizer=None) -> TrainableEngine:
+    """``open_engine`` for a trainer: refuses engines that cannot receive new weights."""
+    if spec.kind not in TRAINABLE_ENGINE_KINDS:
+        raise ValueError(f"engine {spec.kind!r} cannot be trained: a server keeps its own weights; "
+                         f"use one of {', '.join(TRAINABLE_ENGINE_KINDS)}")
+    engine, _ = open_engine(spec, model=model, tokenizer=tokenizer)
+    return engine
+
+
+def model_location(model: str) -> str:
+    """The local directory of ``model`` (vLLM loads from a path: a hub id is resolved into the
+    HF cache first, so that offline and gated models fail here in one line)."""
+    from rstar2.models.loading import resolve_model_dir
+
+    return str(resolve_model_dir(model))
+
+
+def is_local_model(model: str) -> bool:
+    """Whether ``model`` names a model on this machine ('default', a folder, a .gguf file)
+    rather than a name a server serves (which may also be a hub id)."""
+    from rstar2.models.loading import DEFAULT_MODEL
+
+    return model == DEFAULT_MODEL or Path(model).expanduser().exists()
