@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Hashable, Literal
 
 from pydantic import Field, field_validator
 
@@ -126,8 +126,8 @@ class Agent:
         """Rollouts of all ``questions``, concurrently."""
         return list(await asyncio.gather(*(self.rollout(q) for q in questions)))
 
-    async def rollout(self, question: str, forced_prefix: str = "", seed: int | None = None
-                      ) -> Trajectory:
+    async def rollout(self, question: str, forced_prefix: str = "", seed: int | None = None,
+                      group: Hashable = None) -> Trajectory:
         """One rollout of ``question``.
 
         ``seed``: the trajectory's own random stream (each turn samples with a seed derived from
@@ -140,17 +140,18 @@ class Agent:
         takes over after the tool response.
 
         On an engine that schedules whole trajectories (a fleet) all turns run as one
-        trajectory needing the prompt plus the response budget in KV (``run_trajectory``).
+        trajectory needing the prompt plus the response budget in KV (``run_trajectory``), in
+        ``group``: rollouts of one problem share one (the sampler passes the problem's id).
         """
         prompt_text = self.chat.prompt_text(question)
         prompt_ids = self.chat.encode(prompt_text)
         need = len(prompt_ids) + self.config.max_response_tokens
-        return await run_trajectory(self.engine, need, lambda: self.turns(
-            prompt_text, prompt_ids, forced_prefix, seed))
+        return await run_trajectory(self.engine, need, lambda engine: self.turns(
+            engine, prompt_text, prompt_ids, forced_prefix, seed), group)
 
-    async def turns(self, prompt_text: str, prompt_ids: list[int], forced_prefix: str,
-                    seed: int | None = None) -> Trajectory:
-        """The turns of one rollout, from the first to the stop."""
+    async def turns(self, engine: Engine, prompt_text: str, prompt_ids: list[int],
+                    forced_prefix: str, seed: int | None = None) -> Trajectory:
+        """The turns of one rollout, from the first to the stop, each sampled on ``engine``."""
         cfg = self.config
         response = ResponseBuilder(self.tokenizer)
         calls: list[ToolCallRecord] = []
@@ -159,7 +160,8 @@ class Agent:
         scripted = bool(forced) and forced[-1] == self.chat.end_of_turn_id
         for turn in range(cfg.max_turns):
             turn_seed = None if seed is None else derive_seed(seed, turn)
-            complete = (scripted and turn == 0) or await self.generate_turn(prompt_ids, response, turn_seed)
+            complete = (scripted and turn == 0) or await self.generate_turn(
+                engine, prompt_ids, response, turn_seed)
             text = response.close_turn("assistant")
             if not complete:
                 stop = "max_tokens"
@@ -189,8 +191,8 @@ class Agent:
             weight_version=min(response.weight_versions, default=None),
         )
 
-    async def generate_turn(self, prompt_ids: list[int], response: ResponseBuilder,
-                            seed: int | None = None) -> bool:
+    async def generate_turn(self, engine: Engine, prompt_ids: list[int],
+                            response: ResponseBuilder, seed: int | None = None) -> bool:
         """Sample the rest of the current assistant turn from the exact ids so far (with the
         turn's ``seed``); False when the response budget ran out first."""
         cfg = self.config
@@ -199,7 +201,7 @@ class Agent:
             return False
         params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=budget,
                                 seed=seed)
-        completion = (await self.engine.generate([prompt_ids + response.ids], params))[0]
+        completion = (await engine.generate([prompt_ids + response.ids], params))[0]
         response.append(completion.token_ids, completion.logprobs)
         if completion.weight_version is not None:
             response.weight_versions.add(completion.weight_version)

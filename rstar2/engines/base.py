@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Annotated, Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import Annotated, Any, Hashable, Literal, Protocol, TypeVar, runtime_checkable
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic_core import PydanticCustomError
@@ -183,28 +183,34 @@ Result = TypeVar("Result")
 class TrajectoryScheduler(Protocol):
     """An engine that schedules whole trajectories, not single requests (the fleet)."""
 
-    def trajectory(self, need_tokens: int) -> AbstractAsyncContextManager[object]:
+    def trajectory(self, need_tokens: int, group: Hashable = None
+                   ) -> AbstractAsyncContextManager[Engine]:
         """The scope of one trajectory needing ``need_tokens`` of KV (its prompt plus its
-        whole response budget): every ``generate`` inside belongs to it, admitted once,
-        pinned to one member for all its turns, its reservation held across tool waits and
-        released on exit."""
+        whole response budget), entered as the engine its turns call: every ``generate`` on it
+        belongs to this trajectory, admitted once, pinned to one member for all its turns, its
+        reservation held across tool waits and released on exit. ``group``: what the caller
+        knows of it -- rollouts of one problem share a group (their lengths predict each
+        other); None is a group of its own."""
         ...
 
 
 async def run_trajectory(engine: Engine, need_tokens: int,
-                         body: Callable[[], Awaitable[Result]]) -> Result:
-    """Run ``body`` -- every turn of one trajectory -- as one unit of scheduling.
+                         body: Callable[[Engine], Awaitable[Result]],
+                         group: Hashable = None) -> Result:
+    """Run ``body(turn_engine)`` -- every turn of one trajectory, each a ``generate`` on
+    ``turn_engine`` -- as one unit of scheduling.
 
-    On a ``TrajectoryScheduler`` (``rstar2.fleet.Fleet``) the body runs inside
-    ``engine.trajectory(need_tokens)``; if the member holding it dies the body raises
+    On a ``TrajectoryScheduler`` (``rstar2.fleet.Fleet``) ``turn_engine`` is the trajectory's
+    own view of it (``engine.trajectory(need_tokens, group)``): the trajectory and its group
+    are passed, never guessed. If the member holding it dies the body raises
     ``TrajectoryLost`` and is run again from its start, so a caller gets exactly one result
-    per trajectory. Other engines just run ``body``.
+    per trajectory. Other engines run ``body(engine)``.
     """
     if not isinstance(engine, TrajectoryScheduler):
-        return await body()
+        return await body(engine)
     while True:
         try:
-            async with engine.trajectory(need_tokens):
-                return await body()
+            async with engine.trajectory(need_tokens, group) as turn_engine:
+                return await body(turn_engine)
         except TrajectoryLost:
             continue

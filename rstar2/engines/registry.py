@@ -17,19 +17,72 @@ This module does not import torch (the run config reads the vocabulary from it).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from rstar2.engines.base import Engine, TrainableEngine
 from rstar2.models.device import DEVICE_HELP, DeviceSetting
 
-EngineKind = Literal["hf", "openai", "vllm"]
-ENGINE_KINDS: tuple[str, ...] = get_args(EngineKind)
+@dataclass(frozen=True)
+class EngineKindInfo:
+    """One engine kind: what it is, whether a trainer can push weights to it, how to open it."""
+
+    help: str
+    trainable: bool
+    open: Callable[..., tuple[Engine, object]]
+
+
+def open_hf(spec: EngineSpec, model, tokenizer) -> tuple[Engine, object]:
+    from rstar2.engines.hf import HFEngine, HFEngineConfig
+
+    engine = HFEngine(HFEngineConfig(model=spec.model, dtype=spec.dtype, seed=spec.seed,
+                                     device=spec.device, max_batch_size=spec.max_batch_size),
+                      model=model, tokenizer=tokenizer)
+    return engine, engine.tokenizer
+
+
+def open_vllm(spec: EngineSpec, model, tokenizer) -> tuple[Engine, object]:
+    from rstar2.engines.vllm import VLLMEngine
+    from rstar2.models.loading import load_tokenizer
+
+    engine = VLLMEngine(model_location(spec.model), dtype=spec.dtype, seed=spec.seed)
+    return engine, tokenizer or load_tokenizer(spec.tokenizer or spec.model)
+
+
+def open_openai(spec: EngineSpec, model, tokenizer) -> tuple[Engine, object]:
+    if not spec.base_url:
+        raise ValueError("the 'openai' engine needs a server URL (--base-url)")
+    from rstar2.engines.openai import OpenAIEngine
+    from rstar2.models.loading import ModelNotFound, load_tokenizer
+
+    source = spec.tokenizer or spec.model
+    if tokenizer is None:
+        try:
+            tokenizer = load_tokenizer(source)
+        except ModelNotFound as error:
+            raise ValueError(f"cannot load a tokenizer for {source!r} ({error}): pass a local "
+                             "model directory or a hub id as --tokenizer") from None
+    served = None if is_local_model(spec.model) else spec.model
+    return OpenAIEngine(spec.base_url, model=served), tokenizer
+
+
+ENGINES: dict[str, EngineKindInfo] = {
+    "hf": EngineKindInfo("transformers in this process", trainable=True, open=open_hf),
+    "openai": EngineKindInfo("an OpenAI-compatible server (vLLM, SGLang, rstar2 serve-model)",
+                             trainable=False, open=open_openai),
+    "vllm": EngineKindInfo("vLLM in this process (GPU)", trainable=True, open=open_vllm),
+}
+"""Every engine kind; each vocabulary below is read from it."""
+ENGINE_KINDS: tuple[str, ...] = tuple(ENGINES)
 """Every engine name, for ``--engine`` choices and config fields."""
-TRAINABLE_ENGINE_KINDS: tuple[str, ...] = ("hf", "vllm")
+EngineKind = Literal[ENGINE_KINDS]
+TRAINABLE_ENGINE_KINDS: tuple[str, ...] = tuple(k for k, info in ENGINES.items() if info.trainable)
 """The engines a trainer can push weights to."""
+ENGINE_HELP = "; ".join(f"'{kind}': {info.help}" for kind, info in ENGINES.items()) + "."
 
 
 def check_engine_kind(kind: str) -> str:
@@ -42,9 +95,7 @@ def check_engine_kind(kind: str) -> str:
 class EngineSpec(BaseModel):
     """Which engine serves which model."""
 
-    kind: EngineKind = Field(
-        "hf", description="'hf': transformers in this process; 'openai': an OpenAI-compatible "
-        "server (vLLM, SGLang, rstar2 serve-model); 'vllm': vLLM in this process (GPU).")
+    kind: EngineKind = Field("hf", description=ENGINE_HELP)
     model: str = Field("default", description="'default', a .gguf file, a local model "
                        "directory or a Hugging Face hub id (org/name[@revision]); for 'openai' "
                        "also the name a server serves.")
@@ -66,36 +117,9 @@ def open_engine(spec: EngineSpec, *, model=None, tokenizer=None) -> tuple[Engine
     ``model``: an already loaded transformers model for 'hf' to sample from itself (colocated
     with a trainer that owns it) instead of loading ``spec.model``; ``tokenizer``: an already
     loaded tokenizer to use instead of loading one."""
-    if spec.kind == "hf":
-        from rstar2.engines.hf import HFEngine, HFEngineConfig
-
-        engine = HFEngine(HFEngineConfig(model=spec.model, dtype=spec.dtype, seed=spec.seed,
-                                         device=spec.device,
-                                         max_batch_size=spec.max_batch_size),
-                          model=model, tokenizer=tokenizer)
-        return engine, engine.tokenizer
-    if model is not None:
+    if model is not None and spec.kind != "hf":
         raise ValueError(f"only the 'hf' engine samples from a model in this process, not {spec.kind!r}")
-    from rstar2.models.loading import ModelNotFound, load_tokenizer
-
-    if spec.kind == "vllm":
-        from rstar2.engines.vllm import VLLMEngine
-
-        engine = VLLMEngine(model_location(spec.model), dtype=spec.dtype, seed=spec.seed)
-        return engine, tokenizer or load_tokenizer(spec.tokenizer or spec.model)
-    if not spec.base_url:
-        raise ValueError("the 'openai' engine needs a server URL (--base-url)")
-    from rstar2.engines.openai import OpenAIEngine
-
-    source = spec.tokenizer or spec.model
-    if tokenizer is None:
-        try:
-            tokenizer = load_tokenizer(source)
-        except ModelNotFound as error:
-            raise ValueError(f"cannot load a tokenizer for {source!r} ({error}): pass a local "
-                             "model directory or a hub id as --tokenizer") from None
-    served = None if is_local_model(spec.model) else spec.model
-    return OpenAIEngine(spec.base_url, model=served), tokenizer
+    return ENGINES[spec.kind].open(spec, model, tokenizer)
 
 
 def open_trainable_engine(spec: EngineSpec, *, model=None, tokenizer=None) -> TrainableEngine:

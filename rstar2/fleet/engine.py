@@ -4,16 +4,17 @@
     agent = Agent(fleet, tokenizer, sandbox)     # the trainer and the agent see one engine
 
 How a trajectory is identified across its turns: the agent runs every rollout inside
-``base.run_trajectory(engine, need_tokens, body)``, which enters ``fleet.trajectory(need)``.
-That context puts the trajectory's ticket in a context variable, so every ``generate`` the
-rollout's coroutine makes (one per turn) finds it without any id passing through the agent
-loop. The first ``generate`` submits the trajectory to the ``Scheduler`` with its prompt (the
-rollouts of one prompt share a group: their lengths predict each other) and waits for its
-admission; each later one asks the scheduler which member runs that turn (``begin_turn``:
-its own, unless the policy moves it while it waited on a tool) and reports the turn's end
-(``end_turn``); leaving the context releases it (a trajectory that ended normally teaches the
-policy its length). A ``generate`` outside any trajectory (eval, chat) is scheduled as a
-one-turn trajectory of its own.
+``base.run_trajectory(engine, need_tokens, body, group)``, which enters
+``fleet.trajectory(need, group)`` and hands the body that trajectory's own engine
+(``TrajectoryEngine``, bound to its ticket): the agent makes every turn's ``generate`` on it,
+so the fleet is told which trajectory each turn belongs to, and the caller says which group
+it is in (the sampler: the problem; rollouts of one problem share a group, their lengths
+predict each other). The first ``generate`` submits the trajectory to the ``Scheduler`` and
+waits for its admission; each later one asks the scheduler which member runs that turn
+(``begin_turn``: its own, unless the policy moves it while it waited on a tool) and reports
+the turn's end (``end_turn``); leaving the scope releases it (a trajectory that ended
+normally teaches the policy its length). A ``generate`` on the fleet itself (eval, chat) is
+scheduled as a one-turn trajectory of its own.
 
 A member that dies (``MemberDown``: a closed engine, a refused connection, a dead actor) is
 taken out of the schedule; every trajectory pinned to it raises ``TrajectoryLost`` at its next
@@ -27,11 +28,11 @@ rejoins the schedule empty.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import itertools
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Hashable
 
 from rstar2.engines.base import (
     Completion,
@@ -57,43 +58,53 @@ class Ticket:
 
     key: int
     need_tokens: int
+    group: Hashable = None  # the caller's: rollouts of one problem share one
     admitted: asyncio.Future | None = None  # set when its first turn asks to run
     member: int | None = None
     lost: bool = False
 
 
-CURRENT: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar(
-    "rstar2_fleet_trajectory", default=None)
-
-
 class TrajectoryScope:
-    """``async with fleet.trajectory(need):`` -- a ticket on entry (admitted when its first
-    turn asks to run), release on exit."""
+    """``async with fleet.trajectory(need, group) as engine:`` -- a ticket on entry (admitted
+    when its first turn asks to run), the engine its turns call, release on exit."""
 
-    def __init__(self, fleet: Fleet, need_tokens: int):
-        self.fleet, self.need_tokens = fleet, need_tokens
+    def __init__(self, fleet: Fleet, need_tokens: int, group: Hashable):
+        self.fleet, self.need_tokens, self.group = fleet, need_tokens, group
         self.ticket: Ticket | None = None
-        self.token: contextvars.Token | None = None
 
-    async def __aenter__(self) -> Ticket:
+    async def __aenter__(self) -> TrajectoryEngine:
         await self.fleet.ready()
-        self.ticket = Ticket(next(self.fleet.keys), self.need_tokens)
-        self.token = CURRENT.set(self.ticket)
-        return self.ticket
+        self.ticket = Ticket(next(self.fleet.keys), self.need_tokens, self.group)
+        return TrajectoryEngine(self.fleet, self.ticket)
 
     async def __aexit__(self, exc_type, *exc_info) -> None:
-        CURRENT.reset(self.token)
         self.fleet.release(self.ticket, finished=exc_type is None)
+
+
+class TrajectoryEngine:
+    """The fleet as one trajectory sees it: each ``generate`` is a turn of that trajectory."""
+
+    def __init__(self, fleet: Fleet, ticket: Ticket):
+        self.fleet, self.ticket = fleet, ticket
+
+    @property
+    def key(self) -> int:
+        """The trajectory's number in the fleet (a rerun gets a new one)."""
+        return self.ticket.key
+
+    async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams
+                       ) -> list[Completion]:
+        return await self.fleet.turn(self.ticket, prompts, params)
 
 
 class Fleet:
     """An ``Engine`` over ``members``; see the module docstring."""
 
-    def __init__(self, members: Sequence[Member], scheduler: PolicyName = "adaptive",
+    def __init__(self, members: Sequence[Member], policy: PolicyName = "adaptive",
                  poll_s: float = 0.25,
                  on_replaced: Callable[[Member], Awaitable[None]] | None = None):
         self.members = list(members)
-        self.policy = scheduler
+        self.policy = policy
         self.poll_s = poll_s
         self.scheduler: Scheduler | None = None  # built from the members' capacities on first use
         self.starting = asyncio.Lock()
@@ -114,10 +125,13 @@ class Fleet:
     # ----------------------------------------------------------------- the Engine contract
     async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams
                        ) -> list[Completion]:
-        ticket = CURRENT.get()
-        if ticket is None:
-            need = sum(len(p) for p in prompts) + params.max_tokens * len(prompts)
-            return await run_trajectory(self, need, lambda: self.generate(prompts, params))
+        """A request outside any trajectory (eval, chat): a one-turn trajectory of its own."""
+        need = sum(len(p) for p in prompts) + params.max_tokens * len(prompts)
+        return await run_trajectory(self, need, lambda turn: turn.generate(prompts, params))
+
+    async def turn(self, ticket: Ticket, prompts: Sequence[Sequence[int]],
+                   params: SamplingParams) -> list[Completion]:
+        """One turn of the trajectory ``ticket`` on the member the scheduler gives it."""
         context = sum(len(p) for p in prompts)
         if ticket.member is None:
             await self.admit(ticket, prompts)
@@ -135,9 +149,9 @@ class Fleet:
         self.scheduler.end_turn(ticket.key, context + sum(len(c.token_ids) for c in completions))
         return completions
 
-    def trajectory(self, need_tokens: int) -> TrajectoryScope:
+    def trajectory(self, need_tokens: int, group: Hashable = None) -> TrajectoryScope:
         """The scope of one trajectory (see ``base.run_trajectory``)."""
-        return TrajectoryScope(self, need_tokens)
+        return TrajectoryScope(self, need_tokens, group)
 
     def samples_from(self, model: object) -> bool:
         """Never colocated: every member holds its own copy of the weights."""
@@ -191,12 +205,12 @@ class Fleet:
 
     # ----------------------------------------------------------------- admission
     async def admit(self, ticket: Ticket, prompts: Sequence[Sequence[int]]) -> None:
-        """Submit the trajectory with its first turn's prompts (rollouts of one prompt share a
-        group) and wait until the scheduler pins it to a member."""
+        """Submit the trajectory with its first turn's prompts and its group, and wait until
+        the scheduler pins it to a member."""
         ticket.admitted = asyncio.get_running_loop().create_future()
         self.tickets[ticket.key] = ticket
-        group = hash(tuple(tuple(p) for p in prompts))
-        self.scheduler.submit(ticket.key, ticket.need_tokens, sum(len(p) for p in prompts), group)
+        self.scheduler.submit(ticket.key, ticket.need_tokens, sum(len(p) for p in prompts),
+                              ticket.group)
         if self.poller is None:
             self.poller = asyncio.create_task(self.poll())
         self.dispatch()

@@ -18,7 +18,8 @@ This module does not import torch (the run config reads its section from it).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -32,9 +33,98 @@ from rstar2.engines.registry import (
     model_location,
     open_trainable_engine,
 )
+from rstar2.fleet.members import Member
 from rstar2.fleet.scheduler import PolicyName
 from rstar2.models.device import DeviceSetting
 from rstar2.section import Section
+
+
+def hf_settings(spec: MemberSpec, *, model: str, dtype: str, seed: int) -> dict[str, Any]:
+    return {"model": model, "dtype": dtype, "seed": seed, "max_batch_size": spec.max_batch_size,
+            "kv_budget_tokens": spec.kv_budget_tokens}
+
+
+def vllm_settings(spec: MemberSpec, *, model: str, dtype: str, seed: int) -> dict[str, Any]:
+    from rstar2.engines.vllm import import_vllm
+
+    import_vllm()  # a missing extra says so here, not as a dead actor
+    return {"model": model_location(model), "dtype": dtype, "seed": seed,
+            "max_num_seqs": spec.max_batch_size, **spec.engine_args}
+
+
+def build_hf(spec: MemberSpec, name: str, settings: dict[str, Any], tokenizer) -> Member:
+    if spec.ray:
+        from rstar2.fleet.ray_member import RayMember
+
+        start_ray()
+        return RayMember(settings, name=name, threads=spec.threads, num_cpus=spec.threads)
+    from rstar2.engines.hf import HFEngine, HFEngineConfig
+    from rstar2.fleet.members import LocalMember
+
+    return LocalMember(HFEngine(HFEngineConfig(**settings), tokenizer=tokenizer), name)
+
+
+def build_vllm(spec: MemberSpec, name: str, settings: dict[str, Any], tokenizer) -> Member:
+    if spec.ray:
+        from rstar2.fleet.vllm_member import VLLMRayMember
+
+        start_ray()
+        return VLLMRayMember(settings, name=name, gpus=spec.gpus, cpus=spec.threads)
+    from rstar2.engines.vllm import VLLMEngine
+    from rstar2.fleet.members import LocalMember
+
+    return LocalMember(VLLMEngine(**settings), name)
+
+
+def build_openai(spec: MemberSpec, name: str, settings: dict[str, Any], tokenizer) -> Member:
+    from rstar2.fleet.members import HTTPMember
+
+    return HTTPMember(spec.base_url, name=name, weights_dir=spec.weights_dir)
+
+
+def build_vllm_serve(spec: MemberSpec, name: str, settings: dict[str, Any], tokenizer) -> Member:
+    from rstar2.fleet.vllm_server import VLLMServerMember
+
+    return VLLMServerMember(spec.base_url, name=name)
+
+
+def start_ray() -> None:
+    """Join the cluster ``ray.init`` finds, else start a local one (once)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(include_dashboard=False, log_to_driver=False)
+
+
+@dataclass(frozen=True)
+class MemberKindInfo:
+    """One kind of fleet member: what it is and how it is built. An engine kind (not a
+    ``server``) loads the model itself, in this process or a Ray actor, with its ``settings``;
+    a server kind is reached at ``base_url``."""
+
+    help: str
+    build: Callable[..., Member]
+    settings: Callable[..., dict[str, Any]] | None = None
+
+    @property
+    def server(self) -> bool:
+        return self.settings is None
+
+
+MEMBERS: dict[str, MemberKindInfo] = {
+    "hf": MemberKindInfo("an HFEngine with its own copy of the weights", build_hf, hf_settings),
+    "openai": MemberKindInfo(
+        "a server at base_url that takes weights at /update_weights_from_disk (rstar2 "
+        "serve-model) and reports its load at /metrics under vLLM's names", build_openai),
+    "vllm": MemberKindInfo("a VLLMEngine (GPU, the [gpu] extra)", build_vllm, vllm_settings),
+    "vllm-serve": MemberKindInfo(
+        "a vllm serve server at base_url (started with --weight-transfer-config "
+        "'{\"backend\": \"nccl\"}') that takes weights through vLLM's weight-transfer routes, "
+        "over NCCL from a CUDA learner", build_vllm_serve),
+}
+"""Every fleet member kind; ``MemberSpec.kind``'s vocabulary and help are read from it."""
+MemberKindName = Literal[tuple(MEMBERS)]
+MEMBER_HELP = "; ".join(f"'{kind}': {info.help}" for kind, info in MEMBERS.items()) + "."
 
 
 class MemberSpec(BaseModel):
@@ -42,13 +132,7 @@ class MemberSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: Literal["hf", "openai", "vllm", "vllm-serve"] = Field(
-        "hf", description="'hf': an HFEngine with its own copy of the weights; 'vllm': a "
-        "VLLMEngine (GPU, the [gpu] extra); 'openai': a server at base_url that takes weights "
-        "at /update_weights_from_disk (rstar2 serve-model) and reports its load at /metrics "
-        "under vLLM's names; 'vllm-serve': a vllm serve server at base_url (started with "
-        "--weight-transfer-config '{\"backend\": \"nccl\"}') that takes weights through "
-        "vLLM's weight-transfer routes, over NCCL from a CUDA learner.")
+    kind: MemberKindName = Field("hf", description=MEMBER_HELP)
     ray: bool = Field(False, description="'hf' and 'vllm': run the engine in a Ray actor (on "
                       "the cluster ray.init finds, else a local one); a dead actor is replaced.")
     gpus: int = Field(1, ge=0, description="'vllm' in Ray: GPUs of the member, all on one "
@@ -73,11 +157,12 @@ class MemberSpec(BaseModel):
 
     @model_validator(mode="after")
     def placed(self) -> MemberSpec:
-        server = self.kind in ("openai", "vllm-serve")
+        server = MEMBERS[self.kind].server
         if server and not self.base_url:
             raise ValueError(f"an {self.kind!r} member needs base_url")
         if server and self.ray:
-            raise ValueError("only 'hf' and 'vllm' members run in Ray actors")
+            engines = " and ".join(f"'{k}'" for k, info in MEMBERS.items() if not info.server)
+            raise ValueError(f"only {engines} members run in Ray actors")
         return self
 
 
@@ -147,77 +232,30 @@ def open_rollout_engine(config: RolloutEngineConfig, *, model: str, model_dtype:
     return open_trainable_engine(spec, model=shared_model, tokenizer=tokenizer)
 
 
-def open_fleet(members: Sequence[MemberSpec], scheduler: str, *, model: str, dtype: str,
+def open_fleet(members: Sequence[MemberSpec], policy: str, *, model: str, dtype: str,
                seed: int, tokenizer, on_replaced=None) -> TrainableEngine:
-    """A ``Fleet`` over ``members`` (each 'hf' or 'vllm' one loading ``model`` in ``dtype``),
-    scheduled by ``scheduler``; the trainer pushes its weights to every member before sampling.
+    """A ``Fleet`` over ``members`` (each engine kind loading ``model`` in ``dtype``),
+    scheduled by ``policy``; the trainer pushes its weights to every member before sampling.
     ``on_replaced``: how a replaced member gets the current weights when a learner sends them
     to the members directly (``Fleet``)."""
-    from rstar2.fleet import Fleet, HTTPMember
+    from rstar2.fleet import Fleet
 
     if sum(spec.kind == "vllm" and not spec.ray for spec in members) > 1:
         raise ValueError("one 'vllm' member per process: run more with ray: true")
     built, local_threads = [], None
     for index, spec in enumerate(members):
-        name = f"member{index}"
-        if spec.kind == "openai":
-            built.append(HTTPMember(spec.base_url, name=name, weights_dir=spec.weights_dir))
-            continue
-        if spec.kind == "vllm-serve":
-            from rstar2.fleet.vllm_server import VLLMServerMember
-
-            built.append(VLLMServerMember(spec.base_url, name=name))
-            continue
-        if spec.ray:
-            built.append(ray_member(spec, name, model=model, dtype=dtype, seed=seed + index))
-            continue
-        built.append(local_member(spec, name, model=model, dtype=dtype, seed=seed + index,
-                                  tokenizer=tokenizer))
-        local_threads = spec.threads
+        settings = member_settings(spec, model=model, dtype=dtype, seed=seed + index)
+        built.append(MEMBERS[spec.kind].build(spec, f"member{index}", settings, tokenizer))
+        if not MEMBERS[spec.kind].server and not spec.ray:
+            local_threads = spec.threads
     if local_threads is not None:
         import torch
 
         torch.set_num_threads(local_threads)  # after the engines, which set every core
-    return Fleet(built, scheduler, on_replaced=on_replaced)
+    return Fleet(built, policy, on_replaced=on_replaced)
 
 
 def member_settings(spec: MemberSpec, *, model: str, dtype: str, seed: int) -> dict[str, Any]:
-    """The engine arguments of an 'hf' or 'vllm' member."""
-    if spec.kind == "vllm":
-        from rstar2.engines.vllm import import_vllm
-
-        import_vllm()  # a missing extra says so here, not as a dead actor
-        return {"model": model_location(model), "dtype": dtype, "seed": seed,
-                "max_num_seqs": spec.max_batch_size, **spec.engine_args}
-    return {"model": model, "dtype": dtype, "seed": seed, "max_batch_size": spec.max_batch_size,
-            "kv_budget_tokens": spec.kv_budget_tokens}
-
-
-def ray_member(spec: MemberSpec, name: str, **engine):
-    import ray
-
-    settings = member_settings(spec, **engine)
-    if not ray.is_initialized():
-        ray.init(include_dashboard=False, log_to_driver=False)
-    if spec.kind == "vllm":
-        from rstar2.fleet.vllm_member import VLLMRayMember
-
-        return VLLMRayMember(settings, name=name, gpus=spec.gpus, cpus=spec.threads)
-    from rstar2.fleet.ray_member import RayMember
-
-    return RayMember(settings, name=name, threads=spec.threads, num_cpus=spec.threads)
-
-
-def local_member(spec: MemberSpec, name: str, *, tokenizer, **engine):
-    from rstar2.fleet import LocalMember
-
-    settings = member_settings(spec, **engine)
-    if spec.kind == "vllm":
-        from rstar2.engines.vllm import VLLMEngine
-
-        return LocalMember(VLLMEngine(**settings), name)
-    from rstar2.engines.hf import HFEngine, HFEngineConfig
-
-    return LocalMember(HFEngine(HFEngineConfig(**settings), tokenizer=tokenizer), name)
-
-
+    """The engine arguments of a member of an engine kind ({} for a server)."""
+    settings = MEMBERS[spec.kind].settings
+    return {} if settings is None else settings(spec, model=model, dtype=dtype, seed=seed)

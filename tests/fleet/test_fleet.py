@@ -7,6 +7,7 @@ for each turn, which trajectory asked and what the fleet had booked on it at tha
 
 import asyncio
 import contextlib
+import contextvars
 import threading
 import time
 
@@ -19,7 +20,6 @@ from rstar2.engines.base import SamplingParams, run_trajectory
 from rstar2.engines.hf import HFEngine, HFEngineConfig
 from rstar2.engines.vllm_metrics import parse_vllm_metrics
 from rstar2.fleet import Fleet, HTTPMember, LocalMember
-from rstar2.fleet.engine import CURRENT
 from rstar2.sandbox.local import free_port
 from rstar2.serve.server import create_app
 from rstar2.weights.disk import WeightUpdates
@@ -37,6 +37,8 @@ def one_thread_per_engine():
 PARAMS = SamplingParams(temperature=1.0, max_tokens=4, stop_token_ids=())  # exactly 4 tokens
 PROMPT = list(range(100, 116))
 TURNS = 3
+TRAJECTORY: contextvars.ContextVar[int] = contextvars.ContextVar("trajectory")
+"""Which trajectory a member's ``generate`` serves, as the test's body notes it."""
 NEED = len(PROMPT) + TURNS * (PARAMS.max_tokens + 2)
 
 
@@ -51,7 +53,7 @@ class RecordingMember(LocalMember):
         fleet = self.fleet_box[0]
         books = fleet.scheduler.members[fleet.members.index(self)]
         self.overbooked |= books.reserved_tokens > books.capacity_tokens
-        self.turns.append((CURRENT.get().key, len(books.trajectories)))
+        self.turns.append((TRAJECTORY.get(), len(books.trajectories)))
         return await super().generate(prompts, params)
 
 
@@ -63,11 +65,12 @@ def engines(hf_engine, budget, count=2):
 
 
 async def one_trajectory(fleet, attempts):
-    async def body():
+    async def body(engine):
         attempts.append(1)
+        TRAJECTORY.set(engine.key)  # for the members' notes: this task runs their generate
         ids = list(PROMPT)
         for _ in range(TURNS):
-            ids += (await fleet.generate([ids], PARAMS))[0].token_ids + [13, 13]
+            ids += (await engine.generate([ids], PARAMS))[0].token_ids + [13, 13]
             await asyncio.sleep(0.05)  # the tool call: the KV reservation holds meanwhile
         return ids
     return await run_trajectory(fleet, NEED, body)
@@ -104,6 +107,39 @@ def test_kv_aware_never_books_beyond_capacity_and_keeps_each_trajectory_on_one_m
     assert all(served)  # and both members worked
     turns = [key for m in fleet.members for key, _ in m.turns]
     assert sorted(turns.count(key) for key in set(turns)) == [TURNS] * 5
+
+
+def test_each_turn_names_its_trajectory_and_the_caller_names_its_group(hf_engine):
+    """The fleet is told, not left to guess: a turn on a trajectory's own engine belongs to
+    that trajectory; its group is the caller's (here two rollouts of problem p1, one of p2),
+    even where the prompts are the same token ids; a request outside (eval, chat) is alone."""
+    pair = engines(hf_engine, budget=4 * NEED)
+    groups = {}
+
+    async def go():
+        fleet = Fleet([LocalMember(e, f"m{i}") for i, e in enumerate(pair)], "adaptive", poll_s=0.05)
+
+        async def body(engine):
+            await engine.generate([list(PROMPT)], PARAMS)
+            groups[engine.key] = fleet.scheduler.pinned[engine.key].group
+            await engine.generate([list(PROMPT) + [13]], PARAMS)
+            return engine.key
+        keys = await asyncio.gather(*(run_trajectory(fleet, NEED, body, group=problem)
+                                      for problem in ["p1", "p1", "p2"]))
+        submit = fleet.scheduler.submit
+        fleet.scheduler.submit = lambda *args: (outside.append(args[3]), submit(*args))
+        await fleet.generate([list(PROMPT)], PARAMS)
+        await fleet.close()
+        return keys
+    outside = []
+    try:
+        keys = asyncio.run(go())
+    finally:
+        for e in pair:
+            e.shutdown()
+    assert len(set(keys)) == 3
+    assert [groups[key] for key in keys] == ["p1", "p1", "p2"]
+    assert outside == [None]  # a group of its own
 
 
 def test_a_dead_members_trajectories_run_again_on_the_other_and_none_is_lost(hf_engine):
