@@ -24,11 +24,11 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from rstar2.rl.runlog import read_metrics
 from rstar2.run.recipe import load_config
 from rstar2.run.settings import cluster_job, learner_settings
 from rstar2.run.training import train
 from rstar2.sft.dataset import split_tasks, write_problems
+from rstar2.training.runlog import read_metrics
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "cpu-cluster.yaml"
 SIZES = ["rl.prompts_per_step=2", "rl.group_size=2", "rollout.max_response_tokens=48",

@@ -89,7 +89,7 @@ async def timed_run(settings: EvalSettings, engine, tokenizer, sandbox_url: str,
     async with SandboxClient(sandbox_url) as sandbox:
         solve = agent_solver(Agent(engine, tokenizer, sandbox, rollout_config(settings)))
         started = time.perf_counter()
-        document = await run_eval(settings, [benchmark], solve, out, show_progress=False, grader=grader)
+        document = await run_eval(settings, [benchmark], solve, out, show_progress=False, reward=grader)
     return time.perf_counter() - started, document
 
 

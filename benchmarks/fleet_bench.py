@@ -36,14 +36,14 @@ from rstar2.engines.hf import HFEngine, HFEngineConfig
 from rstar2.models.loading import load_tokenizer
 from rstar2.reward import Grader
 from rstar2.rl.learner import LocalLearner
-from rstar2.rl.policy import load_policy
-from rstar2.rl.runlog import read_metrics
 from rstar2.run.placement import rollout_engine
 from rstar2.run.recipe import load_config
 from rstar2.run.settings import learner_settings
 from rstar2.run.training import build_trainer, training_problems
 from rstar2.sandbox import SandboxClient, local_sandbox
 from rstar2.sft.dataset import split_tasks, write_problems
+from rstar2.training.policy import load_policy
+from rstar2.training.runlog import read_metrics
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "cpu-demo.yaml"
 

@@ -5,7 +5,7 @@ Run (the SFT part is heavy; take the shared lock so no other heavy job skews the
     .venv/bin/python benchmarks/gsm8k_bench.py                          # yield over all of GSM8K train
     flock /work/bench.lock .venv/bin/python benchmarks/gsm8k_bench.py --rows 400 --sft-traces 32
 
-Builds the recipe's traces (``rstar2.sft.gsm8k``, real agent loop and sandbox) for the first
+Builds the recipe's traces (``rstar2.tasks.gsm8k``, real agent loop and sandbox) for the first
 ``--rows`` rows of GSM8K train and prints how many were kept and why the rest were dropped, and
 the mean prompt, response and trained (loss-mask) tokens of a trace. With ``--sft-traces N``
 it then trains the embedded model on N of them with the recipe's SFT settings and prints
@@ -25,10 +25,10 @@ from rstar2.agent.prompt import PromptConfig
 from rstar2.data import read_problems
 from rstar2.demo.gsm8k import RECIPE, load_recipe
 from rstar2.models.loading import load_tokenizer
-from rstar2.rl.policy import load_policy
 from rstar2.sandbox import SandboxClient, local_sandbox
-from rstar2.sft.gsm8k import gsm8k_traces
 from rstar2.sft.train import as_sequence, resolve_sft_dtype, sft_train
+from rstar2.tasks.gsm8k import gsm8k_traces
+from rstar2.training.policy import load_policy
 
 
 async def build(problems, tokenizer, url, broken_share):

@@ -14,7 +14,7 @@ round, so that load from elsewhere hits both alike; the first round is a warm-up
 ``rstar2 sft`` reads, asked with the short prompt), else random traces shaped like the GSM8K
 recipe's (a 100-token shared opening, a question of 30-90 tokens, a response of 60-200). Prints
 per layout the median, min and max seconds of a step and traces per second. On CUDA it also runs
-the padded batch with cuDNN's SDPA kernels allowed (``rstar2.rl.packing`` keeps them out: they
+the padded batch with cuDNN's SDPA kernels allowed (``rstar2.training.packing`` keeps them out: they
 set up a graph per new shape; the call per sequence leaves the choice to SDPA).
 """
 
@@ -30,13 +30,14 @@ import time
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-import rstar2.rl.packing as packing
+import rstar2.training.packing as packing
 import rstar2.sft.train as train
 from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.models.loading import load_tokenizer, resolve_model_dir
-from rstar2.rl.batch import TrainSequence
 from rstar2.sft.chat import conversation_sequence, read_conversations
-from rstar2.sft.train import SFTSettings, sft_optimizer, sft_step
+from rstar2.sft.config import SFTSettings
+from rstar2.sft.train import sft_optimizer, sft_step
+from rstar2.training.batch import TrainSequence
 
 
 def random_traces(rng: random.Random, count: int) -> list[TrainSequence]:

@@ -91,7 +91,7 @@ def start(argv: list[str], health: str) -> subprocess.Popen:
 
 
 def synthetic_run(folder: Path, steps: int = 3, rollouts: int = 64) -> Path:
-    """A training-run folder of the shape ``rstar2.rl.runlog`` writes, with long responses."""
+    """A training-run folder of the shape ``rstar2.training.runlog`` writes, with long responses."""
     (folder / "rollouts").mkdir(parents=True)
     with (folder / "metrics.jsonl").open("w") as metrics:
         for step in range(1, steps + 1):

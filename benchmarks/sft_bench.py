@@ -34,8 +34,9 @@ from rstar2.data import read_problems
 from rstar2.data.benchmarks import PACKAGED_DATA_DIR
 from rstar2.models.loading import load_model, load_tokenizer, set_cpu_threads
 from rstar2.sandbox import SandboxClient, local_sandbox
-from rstar2.sft.gsm8k import gsm8k_traces
-from rstar2.sft.train import SFTSettings, as_sequence, sft_train
+from rstar2.sft.config import SFTSettings
+from rstar2.sft.train import as_sequence, sft_train
+from rstar2.tasks.gsm8k import gsm8k_traces
 
 LINEAR_LAYERS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 

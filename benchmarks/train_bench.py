@@ -21,10 +21,10 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from rstar2.rl.runlog import read_metrics
 from rstar2.run.recipe import load_config
 from rstar2.run.training import train
 from rstar2.sft.dataset import split_tasks, write_problems
+from rstar2.training.runlog import read_metrics
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "cpu-demo.yaml"
 PHASES = ("rollout", "tools", "reward", "update", "step")

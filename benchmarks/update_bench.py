@@ -27,11 +27,12 @@ import time
 
 from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.models.loading import load_model, load_tokenizer
-from rstar2.rl.batch import TrainSequence
-from rstar2.rl.config import LossConfig, OptimizerConfig
-from rstar2.rl.optim import build_optimizer, build_scheduler
+from rstar2.rl.config import LossConfig
 from rstar2.rl.update import UpdateSettings, policy_update
 from rstar2.sft.chat import conversation_sequence, read_conversations
+from rstar2.training.batch import TrainSequence
+from rstar2.training.config import OptimizerConfig
+from rstar2.training.optim import build_optimizer, build_scheduler
 
 
 def main() -> None:

@@ -45,17 +45,18 @@ from rstar2.eval.launch import solution_of
 from rstar2.eval.runner import EvalSettings, run_eval
 from rstar2.reward import Grader
 from rstar2.rl.advantage import PaperRoC
-from rstar2.rl.config import LoggingConfig, RLConfig
+from rstar2.rl.config import RLConfig
 from rstar2.rl.metrics import Rollout, step_metrics
 from rstar2.rl.roc import trajectory_facts
-from rstar2.rl.runlog import RunLog
 from rstar2.rl.trainer import rollout_rows
 from rstar2.sandbox import SandboxClient, local_sandbox
 from rstar2.sandbox.local import free_port
 from rstar2.sft.dataset import split_tasks, write_problems
-from rstar2.sft.tasks import Task
+from rstar2.tasks.templates import Task
+from rstar2.tasks.traces import ScriptedEngine, make_trace
+from rstar2.training.config import LoggingConfig
+from rstar2.training.runlog import RunLog
 from rstar2.view.runs import INDEX_DIR
-from rstar2.sft.traces import ScriptedEngine, make_trace
 
 PROMPT = PromptConfig(variant="short")
 CHROMIUM = "/usr/bin/chromium"
@@ -148,7 +149,7 @@ def write_eval_run(out_dir: Path, tasks: Sequence[Task], pool: Sequence[ProblemR
     settings = EvalSettings(benchmarks=[str(problems_file)], n=n, temperature=1.0, max_tokens=64,
                             max_turns=2, prompt="short", concurrency=1)
     return asyncio.run(run_eval(settings, [load_benchmark(str(problems_file))], solve, out_dir,
-                                show_progress=False, grader=grader))
+                                show_progress=False, reward=grader))
 
 
 class Viewer:

@@ -2,8 +2,9 @@
 
 Packages by pipeline stage: ``sandbox`` (isolated Python execution service), ``reward``
 (answer extraction and verification), ``agent`` (prompt, tool calls, multi-turn rollout),
-``engines`` (token-in/token-out generation), ``rl`` (GRPO-RoC), ``data`` and ``eval``;
-``cli`` is the thin ``rstar2`` command over them.
+``engines`` (token-in/token-out generation), ``data`` and ``tasks`` (the problems and traces
+the project makes), ``training`` (what SFT and RL both train on), ``sft`` (the cold start),
+``rl`` (GRPO-RoC) and ``eval``; ``cli`` is the thin ``rstar2`` command over them.
 """
 
 from pathlib import Path

@@ -34,6 +34,16 @@ MOVED: dict[str, tuple[str, ...]] = {
     "rstar2.engines.vllm_transfer": ("rstar2.fleet.vllm_transfer",),
     "rstar2.engines.server": ("rstar2.serve.server",),
     "rstar2.engines.admission": ("rstar2.serve.admission",),
+    "rstar2.rl.batch": ("rstar2.training.batch",),
+    "rstar2.rl.checkpoint": ("rstar2.training.checkpoint",),
+    "rstar2.rl.optim": ("rstar2.training.optim",),
+    "rstar2.rl.packing": ("rstar2.training.packing",),
+    "rstar2.rl.policy": ("rstar2.training.policy",),
+    "rstar2.rl.runlog": ("rstar2.training.runlog",),
+    "rstar2.sft.tasks": ("rstar2.tasks.templates",),
+    "rstar2.sft.traces": ("rstar2.tasks.traces",),
+    "rstar2.sft.gsm8k": ("rstar2.tasks.gsm8k", "rstar2.sft.dataset"),
+    "rstar2.sft.gsm8k_variants": ("rstar2.tasks.gsm8k_variants",),
 }
 """Old module name -> where it lives now. A package's entry covers its submodules."""
 

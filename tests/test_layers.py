@@ -2,10 +2,11 @@
 
 Every import in every module under ``rstar2/`` (function-level ones too) is read with ``ast``
 and mapped to the package it comes from and the package it reaches. The layers are
-docs' architecture (top to bottom): cli > demo, view > run > cluster > rl, sft, eval >
-agent, data > engines > sandbox, reward; ``rstar2/section.py`` (the base of every config
-section) and the package root sit below them all. An import into a higher layer fails, and so
-does a cycle between packages (packages of one layer may import each other one way only).
+``LAYERS`` (top to bottom): cli > demo, view > run > cluster > rl, sft, eval > training,
+tasks > agent, data > fleet, serve > engines > models, weights > sandbox, reward;
+``rstar2/section.py`` (the base of every config section), the other top-level modules and the
+package root sit below them all. An import into a higher layer fails, and so does a cycle
+between packages (packages of one layer may import each other one way only).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ LAYERS = [
     {"run"},
     {"cluster"},
     {"rl", "sft", "eval"},
+    {"training", "tasks"},
     {"agent", "data"},
     {"fleet", "serve"},
     {"engines"},

@@ -157,7 +157,7 @@ def sft_traces(
     Decontaminate the source against your benchmarks first (`rstar2 data decontaminate`).
     """
     from rstar2.data import DataError
-    from rstar2.sft.gsm8k import write_gsm8k_conversations
+    from rstar2.sft.dataset import write_gsm8k_conversations
 
     try:
         built = write_gsm8k_conversations(source, out, limit, broken_share, seed, sandbox_workers)

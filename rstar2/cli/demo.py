@@ -45,9 +45,9 @@ def demo(
     from rstar2.demo.pipeline import SECTION as DEMO_SECTION
     from rstar2.demo.pipeline import run_demo
     from rstar2.models.loading import ModelNotFound
-    from rstar2.rl.config import LoggingConfig
     from rstar2.rl.silence import NothingLearned
     from rstar2.run.recipe import ConfigError, read_recipe
+    from rstar2.training.config import LoggingConfig
 
     path = NAMED_RECIPES.get(recipe, Path(recipe))
     settings = [*(overrides or []), *([f"model.device={device}"] if device else [])]

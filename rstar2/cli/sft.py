@@ -41,9 +41,9 @@ def sft(
     from rstar2.data import DataError
     from rstar2.models.loading import ModelNotFound
     from rstar2.recipe import ConfigError
-    from rstar2.rl.checkpoint import RunExists
     from rstar2.sft.config import load_sft_config
     from rstar2.sft.run import run_sft
+    from rstar2.training.checkpoint import RunExists
 
     try:
         config = load_sft_config(recipe, recipe_overrides(overrides, name, device, out))

@@ -49,10 +49,10 @@ def train(
     from rstar2.data import DataError
     from rstar2.models.loading import ModelNotFound
     from rstar2.reward import RewardError
-    from rstar2.rl.checkpoint import RunExists
     from rstar2.rl.silence import NothingLearned
     from rstar2.run import training
     from rstar2.run.recipe import ConfigError, load_config
+    from rstar2.training.checkpoint import RunExists
 
     try:
         config = load_config(recipe, recipe_overrides(overrides, name, device, out))
@@ -78,7 +78,7 @@ def train(
 def refuse_missing_logger(logging) -> None:
     """Stop in one line, before any model loads, when a logger the recipe asks for (TensorBoard,
     Weights & Biases) is not installed."""
-    from rstar2.rl.runlog import missing_logger
+    from rstar2.training.runlog import missing_logger
 
     problem = missing_logger(logging)
     if problem is not None:

@@ -27,8 +27,9 @@ from typing import Literal
 from pydantic import Field
 
 from rstar2.fleet.rollout_engine import RolloutEngineConfig
-from rstar2.rl.config import ModelConfig, RLConfig
+from rstar2.rl.config import RLConfig
 from rstar2.section import Section
+from rstar2.training.config import ModelConfig
 
 
 class LearnerPlacement(Section):

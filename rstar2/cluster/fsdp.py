@@ -11,8 +11,8 @@ the whole update, so the gradients must be *summed* over ranks; FSDP averages th
 rank's loss is scaled by the world size (a power of two or a small integer: exact in float, and
 gloo has no pre-multiplied reduction that a divide factor of 1 would need).
 
-``sharded_update`` splits the update's micro-batches (``rstar2.rl.batch.micro_batches``, the
-same ones the single-process learner builds) round-robin over the ranks. Every FSDP forward is
+``sharded_update`` splits the update's micro-batches (``rstar2.training.batch.micro_batches``,
+the same ones the single-process learner builds) round-robin over the ranks. Every FSDP forward is
 a collective, so all ranks must run the same number: a rank with fewer real micro-batches runs
 the update's first micro-batch with weight 0, which gathers the same layers and adds nothing.
 """
@@ -26,7 +26,6 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
-from rstar2.rl.batch import TrainSequence, micro_batches
 from rstar2.rl.loss import LossStats
 from rstar2.rl.update import (
     LogprobDrift,
@@ -37,6 +36,7 @@ from rstar2.rl.update import (
     recompute_logprobs,
     rescored,
 )
+from rstar2.training.batch import TrainSequence, micro_batches
 
 
 def shard_policy(model: torch.nn.Module, mesh: DeviceMesh, compute_dtype: str) -> torch.nn.Module:

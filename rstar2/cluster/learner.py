@@ -19,9 +19,9 @@ It is the ``weights.wire.WeightSource``: a direct sync (``cluster.weight_strateg
 has rank 0 form a group with the members and send over it, and ``catch_up`` (the fleet's
 ``on_replaced``) sends the current weights to a member the fleet has just replaced.
 
-Checkpoints keep ``rstar2.rl.checkpoint``'s layout and atomicity (a temporary directory renamed
-into ``step_*``, the newest ``keep_last`` kept): the ranks write their DCP shards into it, the
-driver adds its RNG state and ``state.json``.
+Checkpoints keep ``rstar2.training.checkpoint``'s layout and atomicity (a temporary directory
+renamed into ``step_*``, the newest ``keep_last`` kept): the ranks write their DCP shards into
+it, the driver adds its RNG state and ``state.json``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ from rstar2.cluster.plan import check_learner_options, weight_sync_method
 from rstar2.cluster.weight_strategies import WeightSync
 from rstar2.cluster.weight_sync import open_weight_sync
 from rstar2.engines.base import TrainableEngine
-from rstar2.rl.checkpoint import (
+from rstar2.rl.learner import LearnerSettings
+from rstar2.rl.loss import LossStats
+from rstar2.training.checkpoint import (
     TrainingState,
     latest_checkpoint,
     resolve_checkpoint,
@@ -47,8 +49,6 @@ from rstar2.rl.checkpoint import (
     set_rng_state,
     write_checkpoint,
 )
-from rstar2.rl.learner import LearnerSettings
-from rstar2.rl.loss import LossStats
 from rstar2.weights.wire import Manifest
 
 
@@ -160,7 +160,7 @@ class DistributedLearner:
     def export(self, tokenizer, target: Path, card=None) -> Path:
         """The trained policy as a plain transformers directory (``rstar2 chat --model``),
         with ``card`` (``rstar2.agent.card``) beside it."""
-        from rstar2.rl.policy import load_policy, save_policy
+        from rstar2.training.policy import load_policy, save_policy
 
         model = load_policy(self.job.model.model_copy(update={"gradient_checkpointing": False}))
         model.load_state_dict(self.full_state_dict())

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 
 from rstar2.cluster.architectures import Architecture, architecture
 from rstar2.cluster.config import ClusterConfig, ClusterJob
-from rstar2.rl.config import ModelConfig, RLConfig
+from rstar2.rl.config import RLConfig
+from rstar2.training.config import ModelConfig
 
 GIB = 1024**3
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}

@@ -23,14 +23,14 @@ import torch
 import torch.distributed as dist
 
 from rstar2.cluster.fsdp import shard_policy, sharded_logprobs, sharded_update
-from rstar2.rl.batch import TrainSequence
-from rstar2.rl.checkpoint import load_checkpoint, read, resolve_checkpoint, write_durably
-from rstar2.rl.config import ModelConfig
 from rstar2.rl.learner import LearnerSettings
 from rstar2.rl.loss import LossStats
-from rstar2.rl.optim import build_optimizer, build_scheduler
-from rstar2.rl.policy import load_policy
 from rstar2.rl.update import updates_over_parts
+from rstar2.training.batch import TrainSequence
+from rstar2.training.checkpoint import load_checkpoint, read, resolve_checkpoint, write_durably
+from rstar2.training.config import ModelConfig
+from rstar2.training.optim import build_optimizer, build_scheduler
+from rstar2.training.policy import load_policy
 from rstar2.weights.wire import manifest_of, open_group, send
 
 SHARDED_DIR = "sharded"

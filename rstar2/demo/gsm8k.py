@@ -5,10 +5,10 @@
 1. **Data.** GSM8K train (packaged with rstar2) is decontaminated against the test set (8-gram
    overlap, the paper's rule, ``rstar2.data.find_overlaps`` as ``rstar2 data decontaminate``);
    a seeded shuffle of what is left gives the SFT problems (all of them by default). Each gets
-   ``sft_variants`` number-substitution variants (``rstar2.sft.gsm8k_variants``: new numbers,
+   ``sft_variants`` number-substitution variants (``rstar2.tasks.gsm8k_variants``: new numbers,
    the same program, the gold the sandbox computes) and one more for the RL pool; test
    problems never get any. The SFT problems and their variants become short traces through the
-   real agent loop and sandbox (``rstar2.sft.gsm8k``: a program computing the annotated steps,
+   real agent loop and sandbox (``rstar2.tasks.gsm8k``: a program computing the annotated steps,
    the sandbox's output, the gold answer); those that cannot are dropped and counted. The
    evaluation set is a fixed seeded subset of GSM8K test (or all of it).
 2. **SFT**, then the **curriculum**: the RL pool's easiest ``rl_candidates`` variants (fewest
@@ -66,13 +66,13 @@ from rstar2.eval.launch import agent_solver
 from rstar2.eval.runner import SAMPLES_JSONL, EvalSettings, run_eval
 from rstar2.models.loading import load_tokenizer
 from rstar2.reward import Grader
-from rstar2.rl.runlog import read_metrics
 from rstar2.run.config import RunConfig
 from rstar2.sandbox import SandboxClient
+from rstar2.sft.config import SFTSettings
 from rstar2.sft.dataset import write_traces
-from rstar2.sft.gsm8k import gsm8k_traces, step_count
-from rstar2.sft.gsm8k_variants import number_variants
-from rstar2.sft.train import SFTSettings
+from rstar2.tasks.gsm8k import gsm8k_traces, step_count
+from rstar2.tasks.gsm8k_variants import number_variants
+from rstar2.training.runlog import read_metrics
 
 RECIPE = RECIPES / "gsm8k-cpu.yaml"
 SECTION = "gsm8k"
@@ -261,7 +261,7 @@ async def rl_problems(settings: GSM8KSettings, config: RunConfig, candidates: li
                             max_tokens=rollout.max_response_tokens, max_turns=rollout.max_turns,
                             prompt=rollout.prompt.variant, tool_name=rollout.prompt.tool_name,
                             concurrency=len(candidates) * k)
-    await run_eval(sampling, [bench], solve, out, grader=evaluate.grader)
+    await run_eval(sampling, [bench], solve, out, reward=evaluate.grader)
     split = split_by_pass_rate(candidates, out / SAMPLES_JSONL, bench.name)
     kept = sorted(split.kept, key=lambda p: (step_count(p) or 0, -split.pass_rates[p.id]))
     steps = sorted({step_count(p) or 0 for p in candidates})

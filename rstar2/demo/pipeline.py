@@ -53,18 +53,17 @@ from rstar2.eval.samples import SampleOutcome, read_outcomes
 from rstar2.models.loading import load_tokenizer, loadable_model_dir
 from rstar2.recipe import ConfigError, describe_error, read_recipe
 from rstar2.reward import Grader
-from rstar2.rl.policy import load_policy
-from rstar2.rl.runlog import read_metrics
 from rstar2.run.config import RunConfig
 from rstar2.run.placement import LocalPlacement, rollout_engine
 from rstar2.run.recipe import validate_config
 from rstar2.run.training import resolve_auto_dtypes, run_training
 from rstar2.sandbox import SandboxClient, local_sandbox
-from rstar2.sft.config import AgentFormat, SFTConfig, SFTDataConfig, SFTModelConfig, SFTTraining
+from rstar2.sft.config import AgentFormat, SFTConfig, SFTDataConfig, SFTModelConfig, SFTSettings, SFTTraining
 from rstar2.sft.dataset import sft_traces, split_tasks, write_problems, write_traces
 from rstar2.sft.run import run_sft
-from rstar2.sft.tasks import Task
-from rstar2.sft.train import SFTSettings
+from rstar2.tasks.templates import Task
+from rstar2.training.policy import load_policy
+from rstar2.training.runlog import read_metrics
 
 DEFAULT_RECIPE = RECIPES / "cpu-demo.yaml"
 
@@ -294,7 +293,7 @@ class Evaluator:
         await self.engine.update_weights(model.state_dict())
         out = self.run_dir / "eval" / label
         # run_eval's progress bar: a held-out evaluation is long work on a CPU
-        document = await run_eval(self.settings, [self.benchmark], self.solve, out, grader=self.grader)
+        document = await run_eval(self.settings, [self.benchmark], self.solve, out, reward=self.grader)
         outcomes = list(read_outcomes(out / SAMPLES_JSONL).values())
         entry = document["benchmarks"][self.benchmark.name]
         phase = Phase(accuracy=entry["avg"], accuracy_ci=entry["avg_ci"],

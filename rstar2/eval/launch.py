@@ -61,6 +61,8 @@ def solution_of(trajectory: Trajectory, answer_tag: bool) -> Solution:
     assistant_text = trajectory.assistant_text
     return Solution(
         response="".join(turn.text for turn in trajectory.turns),
+        assistant_text=assistant_text,
+        answer_tag=answer_tag,
         pred=extract_answer(assistant_text, require_answer_tag=answer_tag),
         response_tokens=len(trajectory.response_ids),
         generated_tokens=sum(trajectory.loss_mask),

@@ -5,8 +5,10 @@ Contract of ``run_eval(settings, solve, out_dir)``:
 * the work is n samples of every problem (the first ``limit`` of each benchmark), problem by
   problem so that the n copies of a prompt are in flight together (engines share their prefix);
 * at most ``settings.concurrency`` samples are in flight at once;
-* each sample is graded as soon as it is solved and appended to ``samples.jsonl`` at once,
-  so a killed run loses only what was in flight;
+* each sample is graded as soon as it is solved, through the ``Reward`` protocol as training
+  scores its rollouts (``rstar2.reward.score_batch``; the built-in verifier unless the caller
+  passes another reward), and appended to ``samples.jsonl`` at once, so a killed run loses
+  only what was in flight;
 * with ``resume`` the samples already in ``samples.jsonl`` are skipped; the run's generation
   and grading settings (``FIXED_FIELDS``) must match the ones in ``config.json`` (a resumed
   run is one run, not a mixture), while ``n``, ``limit`` and the benchmark list may grow;
@@ -42,7 +44,7 @@ from rstar2.eval.progress import RunProgress
 from rstar2.eval.report import build_results, write_reports
 from rstar2.eval.samples import SampleKey, SampleOutcome, SampleRecord, open_log
 from rstar2.models.device import DEVICE_HELP, DeviceSetting
-from rstar2.reward import Grader
+from rstar2.reward import Grader, Reward, RewardItem, score_batch
 
 CONFIG_JSON = "config.json"
 SAMPLES_JSONL = "samples.jsonl"
@@ -100,6 +102,11 @@ class Solution:
     """One response to one problem, as the solver saw it (graded by the runner)."""
 
     response: str
+    """Every turn's text, tool output included, as the log keeps it."""
+    assistant_text: str
+    """The assistant's turns alone: what the reward reads, as in training."""
+    answer_tag: bool
+    """The rule ``pred`` was read by (``RewardItem.answer_tag``), so the grade reads it alike."""
     pred: str | None
     response_tokens: int
     generated_tokens: int
@@ -177,7 +184,7 @@ def graded_record(task: SampleTask, solution: Solution, correct: bool, seconds: 
     )
 
 
-async def run_tasks(tasks: list[SampleTask], solve: Solve, grader: Grader, concurrency: int,
+async def run_tasks(tasks: list[SampleTask], solve: Solve, reward: Reward, concurrency: int,
                     on_record: Callable[[SampleRecord], None]) -> None:
     """Solve and grade ``tasks`` with at most ``concurrency`` in flight; the first failure
     cancels the rest and is raised."""
@@ -187,8 +194,10 @@ async def run_tasks(tasks: list[SampleTask], solve: Solve, grader: Grader, concu
         async with limit:
             started = time.perf_counter()
             solution = await solve(task.problem)
-            grade = await asyncio.to_thread(grader.compare_many, [(solution.pred, task.problem.answer)])
-            on_record(graded_record(task, solution, grade[0].correct, time.perf_counter() - started))
+            problem = task.problem
+            [scored] = await score_batch(reward, [RewardItem(problem.problem, solution.assistant_text, problem.answer,
+                                                             problem.row, answer_tag=solution.answer_tag)])
+            on_record(graded_record(task, solution, scored.correct, time.perf_counter() - started))
 
     running = [asyncio.ensure_future(one(task)) for task in tasks]
     try:
@@ -201,8 +210,10 @@ async def run_tasks(tasks: list[SampleTask], solve: Solve, grader: Grader, concu
 
 
 async def run_eval(settings: EvalSettings, benchmarks: list[Benchmark], solve: Solve, out_dir: Path, *,
-                   resume: bool = False, show_progress: bool = True, grader: Grader | None = None) -> dict:
-    """Run (or finish) an eval; returns the results document. See the module docstring."""
+                   resume: bool = False, show_progress: bool = True, reward: Reward | None = None) -> dict:
+    """Run (or finish) an eval; returns the results document. See the module docstring.
+    ``reward``: one the caller owns and keeps (the demo's verifier, shared with training);
+    None opens a one-worker verifier for the run."""
     benchmarks = limited(benchmarks, settings.limit)
     out_dir.mkdir(parents=True, exist_ok=True)
     check_output_dir(out_dir, settings, resume)
@@ -218,15 +229,15 @@ async def run_eval(settings: EvalSettings, benchmarks: list[Benchmark], solve: S
         outcomes[sample.key] = SampleOutcome.model_validate(sample.model_dump(exclude={"response"}))
         progress.update(sample.correct)
 
-    own_grader = grader is None
-    grader = grader or Grader(workers=1)
+    own_reward = reward is None
+    reward = reward or Grader(workers=1)
     try:
-        await run_tasks(tasks, solve, grader, settings.concurrency, record)
+        await run_tasks(tasks, solve, reward, settings.concurrency, record)
     finally:
         progress.close()
         log.close()
-        if own_grader:
-            grader.close()
+        if own_reward:
+            reward.close()
     document = build_results(benchmarks, outcomes, settings.model_dump(), settings.n)
     write_reports(out_dir, document)
     return document

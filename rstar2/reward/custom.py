@@ -1,28 +1,32 @@
 """Your own reward function, run as the built-in verifier runs: in worker processes, under hard
-deadlines, its failures counted instead of raised.
+deadlines, its failures counted instead of raised. Adapts the function to the ``Reward``
+protocol (``rstar2.reward.protocol``), so the trainer calls it as it calls the verifier.
 
     with CustomReward("mypkg.rewards:judge", deadline_s=2.0, binary=True) as reward:
-        scored = await reward.score(response_text, gold, row)   # Score(reward, metrics, failure, message)
+        scores = await reward.score([RewardItem(problem, response_text, gold, row)])
 
 Contract:
 
 * The function is named ``package.module:function`` and takes ``(response, gold, row)``: the
   response text (the assistant's turns), the gold answer as a string, and the problem's source
   row (a dict as read, under the data set's own field names). It may be a plain or an ``async``
-  function. Building a ``CustomReward`` imports it once in this process, so a missing module, a
-  missing or uncallable name, or a function that cannot take those three arguments is refused
-  at once with one ``RewardError`` line, before a run writes anything.
+  function, and scores one response per call. Building a ``CustomReward`` imports it once in
+  this process, so a missing module, a missing or uncallable name, or a function that cannot
+  take those three arguments is refused at once with one ``RewardError`` line, before a run
+  writes anything.
 * Every call runs in a worker process forked from a warm one that imported the function's
   module (``rstar2.reward.pool``), never in the caller's: a function that hangs, spins or
   crashes its process costs that worker, not the run. The deadline is the verifier's rule:
-  ``deadline_s`` seconds of CPU time, and three times that on the clock.
+  ``deadline_s`` seconds of CPU time, and three times that on the clock. The items of one
+  ``score`` call, and of concurrent calls, run in parallel on the workers.
 * It returns the reward as a number (``bool`` counts as 0/1), or a richer record: a mapping, or
   an object (a dataclass, ``rstar2.reward.Grade``...), with a numeric ``reward`` and other
   numeric fields, which come back as ``Score.metrics`` (a trainer logs their means).
 * ``score`` never raises for anything the function does: a call that raises, overruns its
-  deadline, dies, or returns no finite number (or, with ``binary``, a reward other than 0 or 1,
-  which Resample-on-Correct needs) scores 0 with ``failure`` set to 'error', 'timeout' or
-  'invalid' and ``message`` saying what happened.
+  deadline, dies, or returns no finite number (a string, NaN, a list of several rewards for its
+  one response, or, with ``binary``, a reward other than 0 or 1, which Resample-on-Correct
+  needs) scores 0 with ``failure`` set to 'error', 'timeout' or 'invalid' and ``message`` saying
+  what happened; an 'invalid' message names the function.
 """
 
 from __future__ import annotations
@@ -31,36 +35,16 @@ import asyncio
 import importlib
 import inspect
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from rstar2.reward.grading import DEFAULT_DEADLINE_S, WALL_CLOCK_ALLOWANCE, LazyWorkers
 from rstar2.reward.pool import Outcome
+from rstar2.reward.protocol import RewardError, RewardItem, Score
 
 CALL = "rstar2.reward.custom:call_reward"
 """What the workers run: the user's function, its value made a plain record."""
-Failure = Literal["error", "timeout", "invalid"]
-
-
-class RewardError(ValueError):
-    """A reward function that cannot be used (the message names it and what is wrong)."""
-
-
-@dataclass(frozen=True)
-class Score:
-    """What one response earned."""
-
-    reward: float
-    """The reward; 0.0 when the call failed."""
-    metrics: dict[str, float] = field(default_factory=dict)
-    """The record's other numeric fields (empty for a plain number or a failure)."""
-    failure: Failure | None = None
-    """Why the call earned nothing: 'error' (it raised, or its worker died), 'timeout' (it
-    overran the deadline and was killed), 'invalid' (its value is not a usable reward)."""
-    message: str | None = None
-    """What went wrong, for logs; None on success."""
 
 
 def load_reward_function(path: str) -> Callable:
@@ -110,6 +94,9 @@ def plain_record(value: Any) -> tuple[float | None, dict[str, float], str | None
     """``(reward, metrics, None)``, or ``(None, {}, what is wrong)`` for an unusable value."""
     if isinstance(value, (bool, int, float)):
         fields: Mapping[str, Any] = {"reward": value}
+    elif isinstance(value, (list, tuple)):
+        return None, {}, (f"returned a {type(value).__name__} of {len(value)} values: a reward function scores "
+                          "one response per call and returns one reward")
     elif isinstance(value, Mapping):
         fields = value
     elif hasattr(value, "reward"):
@@ -118,7 +105,7 @@ def plain_record(value: Any) -> tuple[float | None, dict[str, float], str | None
         return None, {}, f"returned {type(value).__name__} {value!r:.80}: not a number or a record with a reward"
     reward = fields.get("reward")
     if not isinstance(reward, (int, float)) or not math.isfinite(reward):
-        return None, {}, f"its reward is {reward!r:.80}, not a finite number"
+        return None, {}, f"returned the reward {reward!r:.80}, not a finite number"
     metrics = {str(key): float(item) for key, item in fields.items()
                if key != "reward" and isinstance(item, (bool, int, float)) and math.isfinite(item)}
     return float(reward), metrics, None
@@ -126,17 +113,23 @@ def plain_record(value: Any) -> tuple[float | None, dict[str, float], str | None
 
 class CustomReward(LazyWorkers):
     """A user's reward function behind a pool of deadline-bounded workers (module docstring),
-    started on first use. Thread-safe; ``score`` may be awaited from any event loop."""
+    started on first use: a ``Reward``. Thread-safe; ``score`` may be awaited from any event
+    loop."""
 
     def __init__(self, path: str, *, workers: int | None = None, deadline_s: float = DEFAULT_DEADLINE_S,
                  binary: bool = False):
         super().__init__(CALL, workers=workers, deadline_s=deadline_s, warmup=[(path,)])
         load_reward_function(path)
-        self.path = path
+        self.name = path
         self.binary = binary
 
-    def submit(self, response: str, gold: str, row: dict) -> Future[Score]:
-        """Start scoring one response; the future holds its ``Score``."""
+    async def score(self, items: Sequence[RewardItem]) -> list[Score]:
+        """One ``Score`` per item, in order, awaited without blocking the event loop; the items
+        run in parallel on the workers."""
+        return list(await asyncio.gather(*(asyncio.wrap_future(self._submit(item)) for item in items)))
+
+    def _submit(self, item: RewardItem) -> Future[Score]:
+        """Start scoring one response; the future holds its ``Score`` and never fails."""
         scored: Future[Score] = Future()
 
         def relay(done: Future) -> None:
@@ -145,12 +138,8 @@ class CustomReward(LazyWorkers):
             else:
                 scored.set_result(self.score_of(done.result()))
 
-        self._started_pool().submit((self.path, response, gold, row)).add_done_callback(relay)
+        self._started_pool().submit((self.name, item.response, item.answer, item.row)).add_done_callback(relay)
         return scored
-
-    async def score(self, response: str, gold: str, row: dict) -> Score:
-        """The ``Score`` of one response, awaited without blocking the event loop."""
-        return await asyncio.wrap_future(self.submit(response, gold, row))
 
     def score_of(self, outcome: Outcome) -> Score:
         if outcome.timed_out:
@@ -163,5 +152,5 @@ class CustomReward(LazyWorkers):
             problem = (f"returned {reward:g}; Resample-on-Correct needs rewards of 0 or 1 (set "
                        "rl.roc.mode: off to train on graded rewards)")
         if problem is not None:
-            return Score(0.0, failure="invalid", message=problem)
+            return Score(0.0, failure="invalid", message=f"reward {self.name} {problem}")
         return Score(reward, metrics)

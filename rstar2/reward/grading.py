@@ -12,14 +12,21 @@ Contract:
 - `grade_many` grades one batch on all cores; `is_equivalent` and `score` are the
   one-pair calls, sharing a one-worker pool started on first use and stopped at exit.
 - Streaming: `Grader.submit` (a future) and `await Grader.grade` (asyncio) grade one response
-  without waiting for anyone else's, so a trainer grades each rollout as it ends; all the
-  calls of one `Grader`, from any thread or event loop, share its workers.
+  without waiting for anyone else's; all the calls of one `Grader`, from any thread or event
+  loop, share its workers.
+- `Grader` is a `Reward` (`rstar2.reward.protocol`): `await grader.score(items)` is how the
+  trainer and the evaluation harness grade. Its items join those of the other `score` calls on
+  the same event loop in a `GradeStream`, which sends everything that arrived while its
+  previous batch was grading to the workers as one `grade_many` call: a trainer that scores
+  each rollout as it ends keeps every worker busy, and grading overlaps the rollouts still
+  generating.
 """
 
 import asyncio
 import atexit
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -28,6 +35,7 @@ from typing import Self
 from rstar2.reward.extract import extract_answer
 from rstar2.reward.normalize import verdict_without_parser
 from rstar2.reward.pool import DeadlinePool, Outcome, available_cores
+from rstar2.reward.protocol import RewardItem, Score
 
 DEFAULT_DEADLINE_S = 2.0
 """CPU seconds one symbolic check may use before it is killed and scores 0. CPU time, not time
@@ -83,6 +91,16 @@ class Grade:
         """The binary reward of rStar2-Agent: 1.0 when correct, else 0.0."""
         return 1.0 if self.correct else 0.0
 
+    def as_score(self) -> Score:
+        """This grade as the `Reward` protocol's `Score`: a check that overran or crashed is a
+        failure of the reward (counted per step), not only a wrong answer."""
+        if self.timed_out:
+            return Score(self.reward, failure="timeout",
+                         message=f"the equivalence check of {self.pred!r:.80} overran")
+        if self.error is not None:
+            return Score(self.reward, failure="error", message=self.error)
+        return Score(self.reward)
+
 
 OnGrade = Callable[[int, Grade], None]
 
@@ -135,10 +153,35 @@ class Grader(LazyWorkers):
     """Grades with up to `workers` deadline-bounded processes (default: one per core), each
     symbolic check limited to `deadline_s` CPU seconds (see `DEFAULT_DEADLINE_S`).
 
-    Thread-safe: concurrent `grade_many`, `submit` and `grade` calls share the workers."""
+    Thread-safe: concurrent `grade_many`, `submit`, `grade` and `score` calls share the workers.
+    A `Reward` (module docstring)."""
+
+    name = "verifier"
 
     def __init__(self, *, workers: int | None = None, deadline_s: float = DEFAULT_DEADLINE_S):
         super().__init__(EQUIVALENCE_CHECK, workers=workers, deadline_s=deadline_s, warmup=WARMUP_PAIRS)
+        self._streams: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GradeStream] = (
+            weakref.WeakKeyDictionary())
+        self._streams_lock = threading.Lock()
+
+    async def score(self, items: Sequence[RewardItem]) -> list[Score]:
+        """One `Score` per item, in order: each response's answer (read by its `answer_tag`)
+        against the item's reference answer, graded with the concurrent calls of this event
+        loop in batches (`GradeStream`). A check that overran or crashed is a failed `Score`;
+        a grader that cannot grade at all (its workers closed) raises."""
+        stream = self._stream()
+        grades = await asyncio.gather(*(stream.grade(item.response, item.answer, require_answer_tag=item.answer_tag)
+                                        for item in items))
+        return [grade.as_score() for grade in grades]
+
+    def _stream(self) -> "GradeStream":
+        """The running event loop's stream: its futures and its sending task belong to that loop."""
+        loop = asyncio.get_running_loop()
+        with self._streams_lock:
+            stream = self._streams.get(loop)
+            if stream is None:
+                stream = self._streams[loop] = GradeStream(self)
+            return stream
 
     def grade_many(
         self,
@@ -205,6 +248,52 @@ class Grader(LazyWorkers):
 
             self._started_pool().map([answer_pairs[i] for i in symbolic], record)
         return grades
+
+
+Waiting = tuple[str, str, bool, asyncio.Future]
+"""A pair waiting in a `GradeStream`: response, gold, the answer rule, and its grade's future."""
+
+
+class GradeStream:
+    """Grades (response, gold) pairs on one event loop as they arrive, batching those that
+    arrive together.
+
+    One batch is with the grader at a time (in a thread, so the event loop keeps running the
+    rollouts); pairs that arrive meanwhile wait and form the next batch, so the grader gets as
+    many pairs per call as have arrived instead of one at a time. A grader failure (a closed
+    pool) fails the pairs of that batch, not the stream."""
+
+    def __init__(self, grader: Grader):
+        self.grader = grader
+        self.waiting: list[Waiting] = []
+        self.sender: asyncio.Task | None = None
+
+    async def grade(self, response: str, gold: str, *, require_answer_tag: bool = True) -> Grade:
+        future = asyncio.get_running_loop().create_future()
+        self.waiting.append((response, gold, require_answer_tag, future))
+        if self.sender is None or self.sender.done():
+            self.sender = asyncio.create_task(self.send_batches())
+        return await future
+
+    async def send_batches(self) -> None:
+        while self.waiting:
+            batch, self.waiting = self.waiting, []
+            for tag in dict.fromkeys(tag for _, _, tag, _ in batch):  # one call per answer rule
+                await self.send([entry for entry in batch if entry[2] == tag], tag)
+        self.sender = None  # an idle stream keeps no task, and so no reference to its loop
+
+    async def send(self, batch: list[Waiting], require_answer_tag: bool) -> None:
+        try:
+            grades = await asyncio.to_thread(self.grader.grade_many, [(response, gold) for response, gold, _, _ in batch],
+                                             require_answer_tag=require_answer_tag)
+        except Exception as error:  # noqa: BLE001 -- handed to every waiting caller
+            for *_, future in batch:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        for (*_, future), grade in zip(batch, grades):
+            if not future.done():
+                future.set_result(grade)
 
 
 def _grade_from(pred: str | None, outcome: Outcome) -> Grade:

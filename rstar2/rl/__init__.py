@@ -1,19 +1,17 @@
 """GRPO-RoC, the training algorithm of rStar2-Agent (report §2.2).
 
-Modules, each one idea:
+It trains on ``rstar2.training`` (sequences and their packing, AdamW, the policy, checkpoints,
+the run log), as SFT does. Modules, each one idea:
 
-* ``config``       -- the sections of the run config that are the algorithm's and the policy's (no torch);
+* ``config``       -- the run config's ``rl`` section: RoC, the loss, the optimizer, init (no torch);
 * ``roc``          -- Resample-on-Correct's rules: penalties, keep counts, choices (no torch);
 * ``advantage``    -- the group step, one class per ``rl.roc.mode``: kept rollouts and advantages;
 * ``loss``         -- the clipped policy loss, token-level normalisation, loss mask, optional KL/entropy;
-* ``optim``        -- AdamW with linear warm-up then a constant or cosine learning rate;
+* ``correction``   -- importance weights against the engine's sampling policy;
 * ``prompt_order`` -- the resumable order in which training prompts are drawn;
-* ``checkpoint``   -- atomic, resumable checkpoints;
-* ``batch``        -- packing rollouts into left-padded micro-batches, response logits;
 * ``update``       -- one optimizer update: micro-batches, gradient accumulation, clipping;
-* ``policy``       -- loading the policy (LoRA optional) and saving it as a model directory;
 * ``publish``      -- a saved model directory onto the Hugging Face hub;
-* ``metrics``      -- the numbers a step reports; ``runlog`` -- where they go;
+* ``metrics``      -- the numbers a step reports (``rstar2.training.runlog`` is where they go);
 * ``timing``       -- wall time of overlapping phases (tool calls during rollouts);
 * ``sampler``      -- rollouts of a batch of problems through the agent, graded as each ends;
 * ``learner``      -- the ``Learner`` protocol and ``LocalLearner``, the policy in this process;

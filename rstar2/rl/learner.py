@@ -9,8 +9,8 @@
 
 ``Learner`` is the contract the trainer's step is written against; ``LocalLearner`` meets it
 with the policy in this process (CPU or one GPU): AdamW with its warm-up schedule, the
-optional KL reference, checkpoints through ``rstar2.rl.checkpoint`` (written on a background
-thread, so the next step's rollouts do not wait for the disk), and weight pushes to one
+optional KL reference, checkpoints through ``rstar2.training.checkpoint`` (written on a
+background thread, so the next step's rollouts do not wait for the disk), and weight pushes to one
 ``TrainableEngine``. A learner whose policy is sharded over many processes (FSDP2) meets the
 same contract, so the step does not change when the learner does.
 
@@ -32,18 +32,19 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from rstar2.engines.base import TrainableEngine
-from rstar2.rl.batch import TrainSequence
-from rstar2.rl.checkpoint import (
+from rstar2.rl.config import InitConfig
+from rstar2.rl.loss import LossStats
+from rstar2.rl.update import UpdateSettings, policy_update, updates_over_parts, with_current_logprobs
+from rstar2.training.batch import TrainSequence
+from rstar2.training.checkpoint import (
     CheckpointWriter,
     TrainingState,
     latest_checkpoint,
     load_checkpoint,
     resolve_checkpoint,
 )
-from rstar2.rl.config import InitConfig, OptimizerConfig
-from rstar2.rl.loss import LossStats
-from rstar2.rl.optim import build_optimizer, build_scheduler
-from rstar2.rl.update import UpdateSettings, policy_update, updates_over_parts, with_current_logprobs
+from rstar2.training.config import OptimizerConfig
+from rstar2.training.optim import build_optimizer, build_scheduler
 
 
 @dataclass(frozen=True)

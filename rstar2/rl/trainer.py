@@ -50,16 +50,17 @@ from rstar2.data.problems import Problem
 from rstar2.engines.seeds import derive_seed
 from rstar2.reward import Score
 from rstar2.rl.advantage import GroupAlgorithm, group_algorithm
-from rstar2.rl.batch import TrainSequence
-from rstar2.rl.config import CheckpointConfig, LoggingConfig, RLConfig
+from rstar2.rl.config import RLConfig
 from rstar2.rl.learner import Learner
 from rstar2.rl.metrics import Rollout, step_metrics, weight_version_metrics
 from rstar2.rl.prompt_order import PromptOrder
 from rstar2.rl.roc import GroupDecision
-from rstar2.rl.runlog import RunLog
 from rstar2.rl.sampler import Sampler
 from rstar2.rl.silence import SilenceWatch
 from rstar2.rl.validation import Validator
+from rstar2.training.batch import TrainSequence
+from rstar2.training.config import CheckpointConfig, LoggingConfig
+from rstar2.training.runlog import RunLog
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ Every micro-batch's loss is divided by the loss tokens of *all* ``sequences`` (`
 whole update, whatever the micro-batch size. Log-probs are taken at the rollout temperature, the
 distribution the tokens were sampled from, so the ratio is 1 before the first update.
 
-A micro-batch is one packed row (``rstar2.rl.packing``): its sequences end to end without
+A micro-batch is one packed row (``rstar2.training.packing``): its sequences end to end without
 padding, the prompt opening they share computed once, and the LM head only where a sampled
 token is predicted (not on prompts, tool responses or padding); the loss sees the loss tokens
 in row order, each with its own old log-prob and its sequence's advantage.
@@ -22,7 +22,6 @@ behaviour log-probs, against which the loss weights each token (``rstar2.rl.corr
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,11 +29,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from rstar2.models.device import module_device
-from rstar2.rl.batch import TrainSequence, micro_batches
 from rstar2.rl.config import LossConfig
 from rstar2.rl.loss import Behaviour, LossStats, policy_loss, token_entropy, token_logprobs
-from rstar2.rl.packing import PackedRow, pack_row, packed_attention, trained_logits
+from rstar2.training.batch import TrainSequence, micro_batches
+from rstar2.training.packing import PackedRow, pack_row, packed_attention, trained_logits
+from rstar2.training.precision import autocast
 
 
 @dataclass(frozen=True)
@@ -47,16 +46,6 @@ class UpdateSettings:
     max_grad_norm: float
     compute_dtype: str = "float32"
     """'bfloat16': forward and backward under ``torch.autocast`` (mixed precision)."""
-
-
-def autocast(model: torch.nn.Module, compute_dtype: str):
-    """The mixed-precision context of ``compute_dtype`` on the model's device (none for float32;
-    'auto' must have been made concrete first, ``rstar2.models.dtype_choice``)."""
-    if compute_dtype == "float32":
-        return contextlib.nullcontext()
-    if compute_dtype != "bfloat16":
-        raise ValueError(f"compute dtype must be float32 or bfloat16 here, not {compute_dtype!r}")
-    return torch.autocast(module_device(model).type, dtype=torch.bfloat16)
 
 
 def policy_update(

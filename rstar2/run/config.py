@@ -2,8 +2,8 @@
 
     config = load_config("recipes/qwen3-14b-stage1.yaml", ["rl.optimizer.lr=2e-6"])   # .recipe
 
-``RunConfig`` holds ``model`` and ``rl`` (with ``roc``/``loss``/``optimizer``/``init``),
-``checkpoint`` and ``logging`` (``rstar2.rl.config``), ``data`` (the training set),
+``RunConfig`` holds ``rl`` (with ``roc``/``loss``/``optimizer``/``init``, ``rstar2.rl.config``),
+``model``, ``checkpoint`` and ``logging`` (``rstar2.training.config``), ``data`` (the training set),
 ``validation`` (held-out problems the policy answers during training, ``rstar2.rl.validation``),
 ``rollout`` (the agent's limits and sampling, ``rstar2.agent.rollout.RolloutConfig``, handed to
 the agent as it is), ``engine`` (what generates the rollouts, ``rstar2.fleet.rollout_engine``),
@@ -25,8 +25,9 @@ from rstar2.agent.rollout import RolloutConfig
 from rstar2.cluster.config import ClusterConfig
 from rstar2.data.problems import FieldMap
 from rstar2.fleet.rollout_engine import RolloutEngineConfig
-from rstar2.rl.config import CheckpointConfig, LoggingConfig, ModelConfig, RLConfig
+from rstar2.rl.config import RLConfig
 from rstar2.section import Section
+from rstar2.training.config import CheckpointConfig, LoggingConfig, ModelConfig
 
 
 class DataConfig(Section):

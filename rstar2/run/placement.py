@@ -30,9 +30,9 @@ from rstar2.engines.base import TrainableEngine
 from rstar2.fleet.rollout_engine import open_rollout_engine
 from rstar2.models.device import module_device
 from rstar2.rl.learner import Learner, LearnerSettings, LocalLearner
-from rstar2.rl.policy import load_policy, save_policy
 from rstar2.run.config import RunConfig
 from rstar2.sandbox import local_sandbox
+from rstar2.training.policy import load_policy, save_policy
 
 
 @runtime_checkable

@@ -40,8 +40,7 @@ from rstar2.engines.base import TrainableEngine
 from rstar2.models.device import resolve_device
 from rstar2.models.dtype_choice import ModelShapes, resolve_dtype
 from rstar2.models.loading import load_tokenizer, loadable_model_dir
-from rstar2.reward import CustomReward, Grader, RewardError
-from rstar2.rl.checkpoint import check_run_dir
+from rstar2.reward import CustomReward, Grader, Reward, RewardError
 from rstar2.rl.learner import Learner
 from rstar2.rl.sampler import Sampler
 from rstar2.rl.silence import NothingLearned
@@ -51,6 +50,7 @@ from rstar2.run.config import RunConfig
 from rstar2.run.placement import LocalPlacement, Placement
 from rstar2.run.settings import cluster_job, learner_settings, trainer_settings
 from rstar2.sandbox import SandboxClient, SandboxUnavailable
+from rstar2.training.checkpoint import check_run_dir
 
 
 def train(config: RunConfig, resume: bool = False, console: Console | None = None) -> Path:
@@ -123,7 +123,7 @@ async def run_training(config: RunConfig, placement: Placement, *, resume: bool 
         engine = placement.open_engine(tokenizer, stack)
         learner = placement.open_learner(engine, learner_settings(config), stack)
         if reward is not grader:
-            stack.enter_context(reward)  # the run's own: closed with it
+            stack.callback(reward.close)  # the run's own: closed with it
         sandbox = await stack.enter_async_context(SandboxClient(urls))
         trainer = build_trainer(config, learner, engine, tokenizer, sandbox, reward, problems, console, heldout)
         trainer.restore(resume)
@@ -143,26 +143,27 @@ async def run_training(config: RunConfig, placement: Placement, *, resume: bool 
 
 
 def build_trainer(config: RunConfig, learner: Learner, engine: TrainableEngine, tokenizer,
-                  code_runner: CodeRunner | None, grader: Grader | CustomReward, problems: Sequence[Problem],
+                  code_runner: CodeRunner | None, reward: Reward, problems: Sequence[Problem],
                   console: Console | None = None, heldout: Sequence[Problem] = ()) -> Trainer:
     """The step loop around ``learner`` and a ``Sampler`` over ``engine``: the agent gets the
     ``rollout:`` section as it is, the trainer its own settings. With ``validation.every_steps``
     the trainer also gets a ``Validator`` of the ``heldout`` problems, whose sampler shares
     everything with training's but the temperature (0) and the rollouts per problem (1)."""
-    sampler = Sampler(engine, tokenizer, code_runner, grader, config.rollout, config.rl.rollouts_per_prompt)
+    sampler = Sampler(engine, tokenizer, code_runner, reward, config.rollout, config.rl.rollouts_per_prompt)
     validator = None
     if config.validation.every_steps is not None:
-        greedy = Sampler(engine, tokenizer, code_runner, grader,
+        greedy = Sampler(engine, tokenizer, code_runner, reward,
                          config.rollout.model_copy(update={"temperature": 0.0}), rollouts_per_prompt=1)
         validator = Validator(greedy, heldout, config.validation.every_steps, config.seed)
     return Trainer(trainer_settings(config), learner, sampler, problems, console, validator)
 
 
-def open_reward(config: RunConfig, grader: Grader | None = None) -> Grader | CustomReward:
-    """The run's reward: ``rl.reward``'s function (checked to import here, before the run
+def open_reward(config: RunConfig, grader: Grader | None = None) -> Reward:
+    """The run's ``Reward``: ``rl.reward``'s function (checked to import here, before the run
     writes anything) in deadline-bounded workers, else the built-in verifier (``grader``, the
     caller's, or a new one); both start their workers on first use. A new one is the caller's
-    to close."""
+    to close. The only place that knows the kinds of reward: everything after calls the
+    protocol."""
     if config.rl.reward is None:
         return grader or Grader()  # one grading process per core
     try:

@@ -38,7 +38,7 @@ from rstar2.agent.prompt import GENERATION_PREFIX, ChatFormat
 from rstar2.agent.trajectory import Trajectory
 from rstar2.data.jsonl import DataError, read_jsonl
 from rstar2.data.problems import bad_rows_message
-from rstar2.rl.batch import TrainSequence
+from rstar2.training.batch import TrainSequence
 
 ROLES = ("system", "user", "assistant", "tool")
 

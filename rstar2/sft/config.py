@@ -5,9 +5,11 @@ read from YAML with dotted overrides exactly as ``rstar2 train`` reads its recip
 
 Sections: ``model`` (the starting weights), ``data`` (the conversations, ``rstar2.sft.chat``),
 ``agent`` (the prompt conversations are asked with and the rollout limits the trained model's
-card records), ``train`` (``rstar2.sft.train.SFTSettings``: epochs, batch, learning rate,
-micro-batches, compute dtype), ``checkpoint`` and ``logging`` (the RL run's sections). Bad
-input raises ``ConfigError`` naming each bad field by its dotted path.
+card records), ``train`` (``SFTSettings``: epochs, batch, learning rate, micro-batches,
+compute dtype), ``checkpoint`` and ``logging`` (an RL run's sections too,
+``rstar2.training.config``). Bad input raises ``ConfigError`` naming each bad field by its dotted
+path. Reading a recipe imports no torch: ``rstar2.sft.train`` imports this module, not the
+reverse.
 """
 
 from __future__ import annotations
@@ -15,15 +17,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from rstar2.agent.card import ModelCard, new_card
 from rstar2.agent.prompt import DEFAULT_TOOL_NAME, PromptConfig
 from rstar2.models.device import DeviceSetting
 from rstar2.recipe import read_recipe, validate_tree
-from rstar2.rl.config import CheckpointConfig, LoggingConfig, LoraConfig, ModelConfig
 from rstar2.section import Section
-from rstar2.sft.train import SFTSettings
+from rstar2.training.config import CheckpointConfig, LoggingConfig, LoraConfig, ModelConfig
 
 
 class SFTModelConfig(Section):
@@ -42,7 +43,7 @@ class SFTModelConfig(Section):
     """Recompute activations in the backward pass to save memory."""
 
     def policy(self) -> ModelConfig:
-        """The same settings as the trainer's model section (``rl.policy.load_policy``)."""
+        """These settings as a ``ModelConfig``, what ``rstar2.training.policy.load_policy`` takes."""
         return ModelConfig(path=self.path, device=self.device, dtype=self.dtype, lora=self.lora,
                            gradient_checkpointing=self.gradient_checkpointing)
 
@@ -69,6 +70,30 @@ class AgentFormat(Section):
     @property
     def prompt_config(self) -> PromptConfig:
         return PromptConfig(variant=self.prompt, tool_name=self.tool_name)
+
+
+class SFTSettings(BaseModel):
+    """What ``rstar2.sft.train`` trains with: epochs and batches, AdamW and its schedule, packing,
+    compute dtype. Here, free of torch, since the recipe's ``train`` section is this model."""
+
+    epochs: int = Field(1, ge=1, description="Passes over the traces.")
+    batch_size: int = Field(8, ge=1, description="Traces per optimizer step.")
+    lr: float = Field(2e-4, gt=0, description="AdamW learning rate after warm-up.")
+    warmup_steps: int = Field(5, ge=0, description="Linear warm-up, in optimizer steps.")
+    schedule: Literal["constant", "cosine"] = Field(
+        "constant", description="After warm-up: 'constant' keeps lr; 'cosine' decays it along half "
+        "a cosine to lr x min_lr_ratio at the last optimizer step (as rl.optimizer.schedule).")
+    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="With schedule cosine: the share of lr "
+                                "the last step uses.")
+    micro_batch_tokens: int = Field(2048, ge=1, description="Most tokens per forward pass: traces "
+                                    "packed end to end (a longer trace gets a pass of its own).")
+    seed: int = Field(0, description="Seeds the order of traces in each epoch.")
+    compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="'bfloat16': mixed precision (autocast) over the float32 weights, as "
+        "the trainer's model.compute_dtype; 'auto': bfloat16 on a GPU that supports it and on a "
+        "CPU that computes in it, float32 where it would be emulated (decided at start, printed).")
+    freeze_embeddings: bool = Field(False, description="Keep the token embeddings (and a head "
+                                    "tied to them) fixed.")
 
 
 class SFTTraining(SFTSettings):

@@ -1,14 +1,17 @@
-"""The demo's three disjoint problem sets and the SFT traces, generated from one seed.
+"""The demo's three disjoint problem sets, their SFT traces, and the files SFT and RL read.
 
     splits = split_tasks(seed=0, sft=300, sft_hard=40, rl=400, heldout=60)
     traces = await sft_traces(splits.sft, tokenizer, sandbox, prompt, broken_share=0.2, seed=0)
+    write_traces(path, ids, questions, traces, end_of_turn)     # chat-format conversations
+    write_gsm8k_conversations("gsm8k_train", Path("traces.jsonl"), limit=2000)   # rstar2 data sft-traces
 
 The held-out set is drawn first (half ``basic``, half ``hard`` problems), then the SFT set
 (``sft`` basic problems and a few, ``sft_hard``, of the hard kind, so that the model starts RL
 able to solve some of them: a group that is always wrong carries no signal) and the RL set
 (``hard``), each skipping every problem key already taken, so no problem of the held-out set is
 ever trained on, in either phase. A seeded ``broken_share`` of the SFT traces start with a
-failing program and fix it.
+failing program and fix it. The problems and traces themselves are made in ``rstar2.tasks``;
+this module writes them in the formats ``rstar2 train`` and ``rstar2 sft`` read.
 """
 
 from __future__ import annotations
@@ -21,13 +24,14 @@ from pathlib import Path
 
 import numpy as np
 
-from rstar2.agent.prompt import PromptConfig
+from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.agent.rollout import CodeRunner
 from rstar2.agent.trajectory import Trajectory
 from rstar2.data.jsonl import write_jsonl
 from rstar2.sft.chat import trajectory_messages
-from rstar2.sft.tasks import Task, unique_tasks
-from rstar2.sft.traces import make_trace
+from rstar2.tasks.gsm8k import BuiltTraces, gsm8k_traces
+from rstar2.tasks.templates import Task, unique_tasks
+from rstar2.tasks.traces import make_trace
 
 
 @dataclass(frozen=True)
@@ -75,3 +79,28 @@ def write_traces(path: Path, ids: Sequence[str], questions: Sequence[str], trace
     write_jsonl(path, ({"id": key, "messages": trajectory_messages(question, trace, end_of_turn)}
                        for key, question, trace in zip(ids, questions, traces)))
     return path
+
+
+def write_gsm8k_conversations(source: str, out: Path, limit: int | None = None, broken_share: float = 0.1,
+                              seed: int = 0, sandbox_workers: int = 2) -> BuiltTraces:
+    """``rstar2 data sft-traces``: the traces of ``source`` (a packaged data set's name or a JSONL
+    file of rows with annotated solutions; its first ``limit`` rows) as chat-format
+    conversations at ``out`` for ``rstar2 sft``, played through the agent loop with the embedded
+    model's tokenizer and a private sandbox. The conversations carry no system message, so the
+    SFT recipe's prompt decides how they are asked."""
+    from rstar2.data.benchmarks import load_benchmark
+    from rstar2.models.loading import load_tokenizer
+    from rstar2.sandbox import SandboxClient, local_sandbox
+
+    problems = load_benchmark(source).problems[:limit]
+    tokenizer, prompt = load_tokenizer("default"), PromptConfig()
+
+    async def build(url: str) -> BuiltTraces:
+        async with SandboxClient([url]) as sandbox:
+            return await gsm8k_traces(problems, tokenizer, sandbox, prompt, broken_share, seed)
+
+    with local_sandbox(workers=sandbox_workers) as url:
+        built = asyncio.run(build(url))
+    write_traces(out, [p.id for p in built.kept], [p.problem for p in built.kept], built.traces,
+                 ChatFormat(tokenizer, prompt).end_of_turn)
+    return built

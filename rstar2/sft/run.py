@@ -12,9 +12,9 @@ Contract, in order:
    ``<run>/config.yaml`` records the resolved recipe, that choice included; every optimizer
    step appends a line to ``metrics.jsonl`` (``sft/loss``, ``sft/lr``, ``sft/tokens``,
    ``sft/sequences_per_s``, ``time/step``) and prints a progress line, as ``rstar2 train`` does;
-4. a checkpoint (weights, AdamW, schedule, RNGs; ``rstar2.rl.checkpoint``, atomic, written in
-   the background) every ``checkpoint.every_steps`` steps or ``every_minutes``, and at the last
-   (an RL recipe can start from it: ``rl.init.checkpoint``, weights only with
+4. a checkpoint (weights, AdamW, schedule, RNGs; ``rstar2.training.checkpoint``, atomic,
+   written in the background) every ``checkpoint.every_steps`` steps or ``every_minutes``, and
+   at the last (an RL recipe can start from it: ``rl.init.checkpoint``, weights only with
    ``reset_optimizer``); ``resume`` restores the latest and continues with the very batches the
    interrupted run would have taken
    (``sft_batches`` depends on the seed and the number of conversations alone; a data file that
@@ -37,13 +37,13 @@ from rich.console import Console
 from rstar2.agent.prompt import ChatFormat
 from rstar2.data.jsonl import DataError
 from rstar2.models.loading import load_tokenizer, loadable_model_dir
-from rstar2.rl.batch import TrainSequence
-from rstar2.rl.checkpoint import CheckpointWriter, check_run_dir, latest_checkpoint, load_checkpoint
-from rstar2.rl.policy import load_policy, save_policy
-from rstar2.rl.runlog import RunLog
 from rstar2.sft.chat import conversation_sequence, read_conversations
 from rstar2.sft.config import SFTConfig
 from rstar2.sft.train import resolve_sft_dtype, sft_batches, sft_optimizer, sft_train
+from rstar2.training.batch import TrainSequence
+from rstar2.training.checkpoint import CheckpointWriter, check_run_dir, latest_checkpoint, load_checkpoint
+from rstar2.training.policy import load_policy, save_policy
+from rstar2.training.runlog import RunLog
 
 
 def run_sft(config: SFTConfig, resume: bool = False, console: Console | None = None, model=None,

@@ -13,52 +13,31 @@ between SFT and RL.
 
 Speed (docs/benchmarks.md has the measurements behind each choice): the traces of a step are
 packed end to end into rows of at most ``micro_batch_tokens`` tokens with no padding, one row a
-forward pass (``rstar2.rl.packing``: each trace attends only to itself, the opening all traces
-share, the system prompt, is computed once per row, and the LM head runs only where a trained
-token is predicted). ``compute_dtype`` 'auto' is bfloat16 autocast on machines whose CPU computes in
-bfloat16 and float32 elsewhere (``rstar2.models.dtype_choice``). ``freeze_embeddings`` keeps
-the input embeddings (tied to the LM head in the small models) fixed. AdamW with linear
-warm-up (then constant or cosine) is the trainer's (``rl.optim``).
+forward pass (``rstar2.training.packing``: each trace attends only to itself, the opening all
+traces share, the system prompt, is computed once per row, and the LM head runs only where a
+trained token is predicted). ``compute_dtype`` 'auto' is bfloat16 autocast on machines whose CPU
+computes in bfloat16 and float32 elsewhere (``rstar2.models.dtype_choice``).
+``freeze_embeddings`` keeps the input embeddings (tied to the LM head in the small models)
+fixed. AdamW with linear warm-up (then constant or cosine) is the one RL trains with
+(``rstar2.training.optim``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, Field
 
 from rstar2.agent.trajectory import Trajectory
 from rstar2.models.device import module_device
 from rstar2.models.dtype_choice import ModelShapes, resolve_dtype
-from rstar2.rl.batch import TrainSequence
-from rstar2.rl.config import OptimizerConfig
-from rstar2.rl.optim import build_optimizer, build_scheduler
-from rstar2.rl.packing import pack_rows, packed_attention, packed_nll
-from rstar2.rl.update import autocast
-
-
-class SFTSettings(BaseModel):
-    epochs: int = Field(1, ge=1, description="Passes over the traces.")
-    batch_size: int = Field(8, ge=1, description="Traces per optimizer step.")
-    lr: float = Field(2e-4, gt=0, description="AdamW learning rate after warm-up.")
-    warmup_steps: int = Field(5, ge=0, description="Linear warm-up, in optimizer steps.")
-    schedule: Literal["constant", "cosine"] = Field(
-        "constant", description="After warm-up: 'constant' keeps lr; 'cosine' decays it along half "
-        "a cosine to lr x min_lr_ratio at the last optimizer step (as rl.optimizer.schedule).")
-    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="With schedule cosine: the share of lr "
-                                "the last step uses.")
-    micro_batch_tokens: int = Field(2048, ge=1, description="Most tokens per forward pass: traces "
-                                    "packed end to end (a longer trace gets a pass of its own).")
-    seed: int = Field(0, description="Seeds the order of traces in each epoch.")
-    compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
-        "auto", description="'bfloat16': mixed precision (autocast) over the float32 weights, as "
-        "the trainer's model.compute_dtype; 'auto': bfloat16 on a GPU that supports it and on a "
-        "CPU that computes in it, float32 where it would be emulated (decided at start, printed).")
-    freeze_embeddings: bool = Field(False, description="Keep the token embeddings (and a head "
-                                    "tied to them) fixed.")
+from rstar2.sft.config import SFTSettings
+from rstar2.training.batch import TrainSequence
+from rstar2.training.config import OptimizerConfig
+from rstar2.training.optim import build_optimizer, build_scheduler
+from rstar2.training.packing import pack_rows, packed_attention, packed_nll
+from rstar2.training.precision import autocast
 
 
 def as_sequence(trajectory: Trajectory) -> TrainSequence:
@@ -78,9 +57,9 @@ def resolve_sft_dtype(settings: SFTSettings, model: torch.nn.Module) -> tuple[SF
 
 
 def sft_optimizer(model: torch.nn.Module, settings: SFTSettings, total_steps: int | None = None):
-    """AdamW over the trainable parameters and its schedule (``rl.optim``), which a cosine
-    ends at ``total_steps`` (``len(sft_batches(...))``); with ``freeze_embeddings`` the input
-    embeddings stop being trainable first."""
+    """AdamW over the trainable parameters and its schedule (``rstar2.training.optim``), which
+    a cosine ends at ``total_steps`` (``len(sft_batches(...))``); with ``freeze_embeddings``
+    the input embeddings stop being trainable first."""
     if settings.freeze_embeddings:
         model.get_input_embeddings().weight.requires_grad_(False)
     schedule = OptimizerConfig(lr=settings.lr, warmup_steps=settings.warmup_steps,

@@ -3,7 +3,6 @@
     task = gsm8k_task(problem)                   # raises AnnotationError when it cannot be made
     built = await gsm8k_traces(problems, tokenizer, sandbox, prompt, broken_share=0.0, seed=0)
     built.traces, built.kept, built.dropped      # dropped: Counter of reasons
-    write_gsm8k_conversations("gsm8k_train", Path("traces.jsonl"), limit=2000)   # rstar2 data sft-traces
 
 GSM8K solutions mark every computation, e.g. ``48/2 = <<48/2=24>>24 clips in May``. One short
 trace per problem: the program and the answer, no paraphrase of the solution (every token of
@@ -18,15 +17,18 @@ a trace is paid again in each SFT forward and backward pass, and in every rollou
   ``0.30000000000000004``;
 * the sandbox's real output, then ``<answer>\\boxed{N}</answer>`` with the gold N.
 
-A number-substitution variant (``rstar2.sft.gsm8k_variants``) carries its program in
+A number-substitution variant (``rstar2.tasks.gsm8k_variants``) carries its program in
 ``row['program']`` and its sandbox-computed gold as its answer; its trace is made the same way.
 
-The trace is built by ``rstar2.sft.traces.make_trace`` (a scripted engine inside the agent
+The trace is built by ``rstar2.tasks.traces.make_trace`` (a scripted engine inside the agent
 loop), so its prompt, tokens, tool-response turn and loss mask are exactly the agent's. A trace
 is dropped, and counted by reason, when the solution has no annotation, an annotation is not
 arithmetic Python even after the usual repairs (``$``, thousands commas, ``x`` for times, ``^``,
 ``%``, leading zeros), or the sandbox does not print the gold answer (e.g. the last annotation
 is not the final answer, or the annotator rounded an intermediate result).
+
+The GSM8K recipe (``rstar2.demo.gsm8k``) trains on the traces it builds here; ``rstar2 data
+sft-traces`` writes them as SFT conversations (``rstar2.sft.dataset.write_gsm8k_conversations``).
 """
 
 from __future__ import annotations
@@ -39,16 +41,15 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from rstar2.agent.prompt import ChatFormat, PromptConfig
+from rstar2.agent.prompt import PromptConfig
 from rstar2.agent.rollout import CodeRunner
 from rstar2.agent.trajectory import Trajectory
 from rstar2.data.problems import Problem
-from rstar2.sft.tasks import Task
-from rstar2.sft.traces import TraceError, make_trace
+from rstar2.tasks.templates import Task
+from rstar2.tasks.traces import TraceError, make_trace
 
 ANNOTATION = re.compile(r"<<([^<>]*)>>")
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
@@ -239,30 +240,4 @@ async def gsm8k_traces(problems: Sequence[Problem], tokenizer, runner: CodeRunne
         else:
             built.traces.append(outcome)
             built.kept.append(problem)
-    return built
-
-
-def write_gsm8k_conversations(source: str, out: Path, limit: int | None = None, broken_share: float = 0.1,
-                              seed: int = 0, sandbox_workers: int = 2) -> BuiltTraces:
-    """``rstar2 data sft-traces``: the traces of ``source`` (a packaged data set's name or a JSONL
-    file of rows with annotated solutions; its first ``limit`` rows) as chat-format
-    conversations at ``out`` for ``rstar2 sft``, played through the agent loop with the embedded
-    model's tokenizer and a private sandbox. The conversations carry no system message, so the
-    SFT recipe's prompt decides how they are asked."""
-    from rstar2.data.benchmarks import load_benchmark
-    from rstar2.models.loading import load_tokenizer
-    from rstar2.sandbox import SandboxClient, local_sandbox
-    from rstar2.sft.dataset import write_traces
-
-    problems = load_benchmark(source).problems[:limit]
-    tokenizer, prompt = load_tokenizer("default"), PromptConfig()
-
-    async def build(url: str) -> BuiltTraces:
-        async with SandboxClient([url]) as sandbox:
-            return await gsm8k_traces(problems, tokenizer, sandbox, prompt, broken_share, seed)
-
-    with local_sandbox(workers=sandbox_workers) as url:
-        built = asyncio.run(build(url))
-    write_traces(out, [p.id for p in built.kept], [p.problem for p in built.kept], built.traces,
-                 ChatFormat(tokenizer, prompt).end_of_turn)
     return built

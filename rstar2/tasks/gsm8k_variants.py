@@ -4,7 +4,7 @@
     built.variants        # Problems 'gsm8k-train-0000-v1', ...: new text, new gold, row['program']
     built.dropped         # Counter of why a problem gave no variant
 
-A GSM8K row's annotations become a program (``rstar2.sft.gsm8k``). A variant changes the
+A GSM8K row's annotations become a program (``rstar2.tasks.gsm8k``). A variant changes the
 numbers the problem states, in its text and in that program alike, runs the program in the real
 sandbox, and takes what it computes as the new gold answer. So a variant is a new problem
 whose answer nobody wrote down but the program, and the 7.5K annotated rows become as many
@@ -45,7 +45,7 @@ import numpy as np
 
 from rstar2.agent.rollout import CodeRunner
 from rstar2.data.problems import Problem
-from rstar2.sft.gsm8k import NUMBER, AnnotationError, Step, program, solution_steps
+from rstar2.tasks.gsm8k import NUMBER, AnnotationError, Step, program, solution_steps
 
 TEXT_NUMBER = re.compile(r"(?<![\w.,])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(?!\w|[.,]\d)")
 """A number written in a problem: ``48``, ``1,200``, ``2.50``; a sentence's full stop after it is

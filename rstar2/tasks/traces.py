@@ -24,7 +24,7 @@ from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.agent.rollout import Agent, CodeRunner, RolloutConfig
 from rstar2.agent.trajectory import Trajectory
 from rstar2.engines.base import Completion, SamplingParams
-from rstar2.sft.tasks import Task
+from rstar2.tasks.templates import Task
 
 
 class TraceError(RuntimeError):

@@ -1,14 +1,19 @@
-"""Sequences for the trainer's forward passes, and their micro-batches.
+"""Sequences for the trainer's forward passes, and the bin-packing that groups them into passes.
 
-    batches = micro_batches(sequences, max_tokens)          # lists of TrainSequence
+    batches = micro_batches(sequences, max_tokens)          # RL: lists of TrainSequence
+    bins = first_fit(sizes, capacity, longest_first=True)   # SFT's rows: indices into sizes
 
-A ``TrainSequence`` is one rollout as the loss sees it: prompt ids, response ids, the response's
-loss mask and sampling log-probs, and the rollout's advantage. A micro-batch is what one forward
-pass holds: sequences sorted by length are cut whenever the next would take the micro-batch past
-``max_tokens`` tokens (a sequence longer than that gets a micro-batch of its own). The update
-packs each micro-batch into one row without padding (``rstar2.rl.packing.pack_row``), so these
-are the tokens a pass computes, or fewer: the prompt opening the sequences share is computed
-once.
+A ``TrainSequence`` is one rollout (or SFT trace) as the loss sees it: prompt ids, response ids,
+the response's loss mask and sampling log-probs, and the rollout's advantage.
+
+``first_fit`` is the one packer: items taken by size, each into the first bin with room for it
+(an item larger than a bin gets one of its own). The SFT step fills its rows longest first
+(``rstar2.training.packing.pack_rows``, a row's shared prefix counted once). The RL update takes
+its micro-batches shortest first (``micro_batches``), where the first bin with room is always
+the newest: the sequences sorted by length are cut whenever the next would take the
+micro-batch past ``max_tokens`` tokens. The update packs each micro-batch into one row without
+padding (``rstar2.training.packing.pack_row``), so these are the tokens a pass computes, or
+fewer: the prompt opening the sequences share is computed once.
 """
 
 from __future__ import annotations
@@ -41,17 +46,32 @@ class TrainSequence:
         return sum(self.loss_mask)
 
 
+def first_fit(sizes: Sequence[int], capacity: int, longest_first: bool = False) -> list[list[int]]:
+    """The indices of ``sizes`` in bins of at most ``capacity`` each: taken shortest (or longest)
+    first, equal sizes in their given order, each into the first bin with room for it; one
+    larger than ``capacity`` gets a bin of its own."""
+    order = sorted(range(len(sizes)), key=lambda i: sizes[i], reverse=longest_first)
+    bins: list[list[int]] = []
+    room: list[int] = []
+    open_bins: list[int] = []  # bins that may take another item, in order
+    for index in order:
+        size = sizes[index]
+        # a bin with less room than every size still to come is closed: shortest first, that is
+        # every bin but the newest, so the search stays short however many bins there are
+        smallest_to_come = sizes[order[-1]] if longest_first else size
+        open_bins = [b for b in open_bins if room[b] >= smallest_to_come]
+        slot = next((b for b in open_bins if room[b] >= size), None)
+        if slot is None:
+            slot = len(bins)
+            bins.append([])
+            room.append(capacity)
+            open_bins.append(slot)
+        bins[slot].append(index)
+        room[slot] -= size
+    return bins
+
+
 def micro_batches(sequences: Sequence[TrainSequence], max_tokens: int) -> list[list[TrainSequence]]:
     """Group ``sequences``, shortest first, into micro-batches of at most ``max_tokens`` tokens."""
-    batches: list[list[TrainSequence]] = []
-    current: list[TrainSequence] = []
-    size = 0
-    for sequence in sorted(sequences, key=len):
-        if current and size + len(sequence) > max_tokens:
-            batches.append(current)
-            current, size = [], 0
-        current.append(sequence)
-        size += len(sequence)
-    if current:
-        batches.append(current)
-    return batches
+    sizes = [len(s) for s in sequences]
+    return [[sequences[i] for i in group] for group in first_fit(sizes, max_tokens)]

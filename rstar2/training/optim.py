@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
-from rstar2.rl.config import OptimizerConfig
+from rstar2.training.config import OptimizerConfig
 
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], config: OptimizerConfig) -> torch.optim.AdamW:

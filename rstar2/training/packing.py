@@ -7,15 +7,15 @@
 
 Both the SFT and the RL update train on packed rows (``rstar2.sft.train``, ``rstar2.rl.update``).
 
-A row lays sequences end to end (first fit, longest first), so a forward pass spends nothing on
-padding. Attention is split at the sequence borders (``segment_attention``): each sequence
-attends causally over its own tokens, so a row of L tokens holding sequences of about l tokens
-costs attention of order L·l rather than L² (a dense block-diagonal mask over the row would
-cost L², on a CPU, where no varlen kernel exists, about a third of an SFT step at L = 1024:
-docs/benchmarks.md). On a CPU each sequence gets its own SDPA call; on a GPU, where a call per
-sequence costs more in launches and new kernel shapes than the attention itself, a layer
-attends for all of a row's sequences in one call over them padded into a batch
-(``SegmentLayout``).
+A row lays sequences end to end (``rstar2.training.batch.first_fit``, longest first), so a
+forward pass spends nothing on padding. Attention is split at the sequence borders
+(``segment_attention``): each sequence attends causally over its own tokens, so a row of L
+tokens holding sequences of about l tokens costs attention of order L·l rather than L² (a dense
+block-diagonal mask over the row would cost L², on a CPU, where no varlen kernel exists, about a
+third of an SFT step at L = 1024: docs/benchmarks.md). On a CPU each sequence gets its own SDPA
+call; on a GPU, where a call per sequence costs more in launches and new kernel shapes than the
+attention itself, a layer attends for all of a row's sequences in one call over them padded into
+a batch (``SegmentLayout``).
 
 The sequences of a row usually open with the same tokens: the system prompt and the chat
 template up to the question (a third of a short GSM8K trace). The row holds that shared prefix
@@ -42,7 +42,7 @@ import torch
 from torch.nn.attention import SDPBackend
 
 from rstar2.models.device import module_device
-from rstar2.rl.batch import TrainSequence
+from rstar2.training.batch import TrainSequence, first_fit
 
 IGNORE = -100
 """Target of a position that predicts nothing trained (``F.cross_entropy``'s ignore index)."""
@@ -115,17 +115,7 @@ def pack_rows(sequences: Sequence[TrainSequence], row_tokens: int, share_prefix:
     if not sequences:
         return []
     prefix = shared_prefix(sequences) if share_prefix else 0
-    rows: list[list[int]] = []
-    room: list[int] = []
-    for index in sorted(range(len(sequences)), key=lambda i: len(sequences[i]), reverse=True):
-        size = len(sequences[index]) - prefix
-        slot = next((i for i, free in enumerate(room) if free >= size), None)
-        if slot is None:
-            rows.append([])
-            room.append(row_tokens - prefix)
-            slot = len(rows) - 1
-        rows[slot].append(index)
-        room[slot] -= size
+    rows = first_fit([len(s) - prefix for s in sequences], row_tokens - prefix, longest_first=True)
     opening = list(sequences[0].prompt_ids[:prefix])
     return [PackedRow(input_ids=opening + [t for i in row for t in (sequences[i].prompt_ids + sequences[i].response_ids)[prefix:]],
                       targets=[IGNORE] * prefix + [t for i in row for t in sequence_targets(sequences[i])[prefix:]],

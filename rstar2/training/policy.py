@@ -25,7 +25,7 @@ import torch
 from rstar2.agent.card import ModelCard, write_card
 from rstar2.models.device import resolve_device
 from rstar2.models.loading import load_model
-from rstar2.rl.config import ModelConfig
+from rstar2.training.config import ModelConfig
 
 
 def load_policy(config: ModelConfig) -> torch.nn.Module:

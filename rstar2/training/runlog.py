@@ -28,7 +28,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from rstar2.rl.config import LoggingConfig
+from rstar2.training.config import LoggingConfig
 
 LOGGER_PACKAGES = {
     "tensorboard": ("tensorboard", "tensorboard"),

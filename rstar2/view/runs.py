@@ -9,7 +9,7 @@
     run.eval_samples(name, bench, problem_id)
 
 A folder is a **training run** when it has ``metrics.jsonl`` or ``rollouts/`` (written by
-``rstar2.rl.runlog``), an **eval run** when it has ``samples.jsonl`` or ``results.json``
+``rstar2.training.runlog``), an **eval run** when it has ``samples.jsonl`` or ``results.json``
 (``rstar2.eval``); the demo's folder is a training run whose ``eval/<phase>/`` children are eval
 runs. Every JSONL file is read through a ``LineIndex`` cached under ``.view-index/`` in the run
 folder. Names that come from a request (a step, an eval name) are looked up among the ones the

@@ -16,8 +16,8 @@ from rstar2.cli.chat import chat_rollout_config
 from rstar2.cli.options import trained_card
 from rstar2.eval.launch import rollout_config
 from rstar2.eval.runner import EvalSettings
-from rstar2.rl.policy import save_policy
 from rstar2.serve.server import create_app
+from rstar2.training.policy import save_policy
 from tests.engines.serving import serving
 
 runner = CliRunner()

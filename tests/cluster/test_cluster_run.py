@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from rstar2.rl.runlog import read_metrics
 from rstar2.sft.dataset import split_tasks, write_problems
+from rstar2.training.runlog import read_metrics
 from tests.cluster.cluster_runs import kill_group, run_env, step_problems, train_command
 
 

@@ -14,8 +14,8 @@ pytest.importorskip("ray", reason="the distributed learner needs the [ray] extra
 from rstar2.fleet.rollout_engine import MemberSpec, open_fleet
 from rstar2.engines.hf import HFEngine, HFEngineConfig
 from rstar2.rl.learner import LocalLearner
-from rstar2.rl.policy import load_policy
 from rstar2.run.settings import learner_settings
+from rstar2.training.policy import load_policy
 from rstar2.weights.wire import checksum
 from tests.cluster.test_fsdp_learner import LR, batch, config, distributed  # noqa: F401
 

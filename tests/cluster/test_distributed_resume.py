@@ -26,8 +26,8 @@ import pytest
 import torch
 
 from rstar2.models.loading import load_model
-from rstar2.rl.runlog import read_metrics
 from rstar2.sft.dataset import split_tasks, write_problems
+from rstar2.training.runlog import read_metrics
 from tests.cluster.cluster_runs import (
     HELD,
     HOLD_AFTER,

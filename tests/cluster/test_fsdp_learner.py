@@ -21,11 +21,11 @@ pytest.importorskip("ray", reason="the distributed learner needs the [ray] extra
 
 from rstar2.cluster.learner import DistributedLearner  # noqa: E402
 from rstar2.engines.hf import HFEngine, HFEngineConfig
-from rstar2.rl.batch import TrainSequence
 from rstar2.rl.learner import Learner, LocalLearner
-from rstar2.rl.policy import load_policy
 from rstar2.run.recipe import validate_config
 from rstar2.run.settings import cluster_job, learner_settings
+from rstar2.training.batch import TrainSequence
+from rstar2.training.policy import load_policy
 
 LR = 1e-4
 

@@ -44,7 +44,7 @@ def logprob_gap(fleet, learner, tokenizer, config):
     (completion,) = asyncio.run(fleet.members[0].generate([prompt], params))
     model = load_model(config.model.path, dtype="float32")
     model.load_state_dict(learner.full_state_dict())
-    from rstar2.rl.batch import TrainSequence
+    from rstar2.training.batch import TrainSequence
 
     sequence = TrainSequence(prompt, completion.token_ids, [1] * len(completion.token_ids),
                              completion.logprobs, 0.0)

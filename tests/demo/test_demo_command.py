@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from rstar2.agent.card import read_card
 from rstar2.cli import app
 from rstar2.demo import pipeline
-from rstar2.rl.runlog import read_metrics
+from rstar2.training.runlog import read_metrics
 
 # the arithmetic demo's sizes, set with --set demo.*
 SFT, SFT_HARD, RL_PROBLEMS, HELDOUT = 4, 2, 4, 4

@@ -75,8 +75,8 @@ CHECKED = [command for command in commands() if not command.elsewhere]
 WRITES = re.compile(r'(?:run_dir\)?|/ name|(data)_dir) / "([\w.]+)"(?: / "([\w.]+)")?')
 NESTED_SFT = re.compile(r'name="(\w+)", runs_dir=str\(config\.run_dir\)')  # the demo's SFT run in <run>/sft
 WRITERS = {
-    "train": ["rstar2/run/training.py", "rstar2/run/settings.py", "rstar2/rl/runlog.py"],
-    "sft": ["rstar2/sft/run.py", "rstar2/rl/runlog.py"],
+    "train": ["rstar2/run/training.py", "rstar2/run/settings.py", "rstar2/training/runlog.py"],
+    "sft": ["rstar2/sft/run.py", "rstar2/training/runlog.py"],
     "demo": ["rstar2/demo/pipeline.py"],
     "gsm8k": ["rstar2/demo/pipeline.py", "rstar2/demo/gsm8k.py"],
 }

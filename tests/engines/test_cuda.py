@@ -9,10 +9,11 @@ import torch
 
 from rstar2.engines.base import SamplingParams
 from rstar2.engines.hf import HFEngine, HFEngineConfig
-from rstar2.rl.batch import TrainSequence
-from rstar2.rl.config import LossConfig, ModelConfig
-from rstar2.rl.policy import load_policy
+from rstar2.rl.config import LossConfig
 from rstar2.rl.update import UpdateSettings, with_current_logprobs
+from rstar2.training.batch import TrainSequence
+from rstar2.training.config import ModelConfig
+from rstar2.training.policy import load_policy
 from tests.engines.test_hf import QUESTIONS, chat_ids
 
 pytestmark = pytest.mark.gpu

@@ -116,8 +116,8 @@ def corpus() -> list[str]:
     import numpy as np
 
     from rstar2.agent.prompt import PromptConfig, system_prompt, tool_schema, user_message
-    from rstar2.sft.tasks import FAMILIES as TASKS
-    from rstar2.sft.tasks import make_task
+    from rstar2.tasks.templates import FAMILIES as TASKS
+    from rstar2.tasks.templates import make_task
 
     rng = np.random.default_rng(0)
     tasks = [make_task(rng, name, level) for name in TASKS for level in ("basic", "hard") for _ in range(8)]

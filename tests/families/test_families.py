@@ -17,12 +17,12 @@ from rstar2.engines.hf import HFEngine, HFEngineConfig
 from rstar2.eval.launch import evaluate
 from rstar2.eval.runner import EvalSettings
 from rstar2.models.loading import load_model, load_tokenizer
-from rstar2.rl.batch import TrainSequence
 from rstar2.rl.learner import LocalLearner
-from rstar2.rl.policy import load_policy, save_policy
 from rstar2.run.recipe import validate_config
 from rstar2.run.settings import learner_settings
 from rstar2.sandbox import SandboxClient
+from rstar2.training.batch import TrainSequence
+from rstar2.training.policy import load_policy, save_policy
 from tests.families import FAMILIES
 
 TOOL = "execute_python_code_with_standard_io"

@@ -54,6 +54,12 @@ def raises(response: str, gold: str, row: dict) -> float:
     raise RuntimeError(f"no reward for {gold}")
 
 
+def raises_when_told(response: str, gold: str, row: dict) -> float:
+    if row.get("raise"):
+        raise ValueError(f"cannot judge {response!r}")
+    return boxed_matches(response, gold, row)
+
+
 def hangs(response: str, gold: str, row: dict) -> float:
     time.sleep(3600)
     return 1.0
@@ -76,6 +82,14 @@ def half(response: str, gold: str, row: dict) -> float:
 
 def words(response: str, gold: str, row: dict) -> str:
     return "correct"
+
+
+def not_a_number(response: str, gold: str, row: dict) -> float:
+    return float("nan")
+
+
+def several(response: str, gold: str, row: dict) -> list[float]:
+    return [1.0, 0.0]
 
 
 def two_arguments(response: str, gold: str) -> float:

@@ -8,15 +8,21 @@ import time
 
 import pytest
 
+from rstar2.reward import RewardItem
 from rstar2.reward.custom import CustomReward, RewardError
 
 MODULE = "tests.reward.custom_rewards"
 RIGHT = "<reason>easy</reason><answer>\\boxed{42}</answer>"
 
 
+async def score_one(reward, response, gold, row):
+    [scored] = await reward.score([RewardItem("a problem", response, gold, row)])
+    return scored
+
+
 def scores(name, pairs, **settings):
     async def run(reward):
-        return await asyncio.gather(*(reward.score(response, gold, row) for response, gold, row in pairs))
+        return await asyncio.gather(*(score_one(reward, response, gold, row) for response, gold, row in pairs))
 
     with CustomReward(f"{MODULE}:{name}", workers=2, **settings) as reward:
         return asyncio.run(run(reward))
@@ -52,8 +58,8 @@ def test_failures_score_zero_and_say_why_and_the_others_are_scored():
 
 def test_a_hung_call_does_not_hold_up_the_others():
     async def run(reward):
-        hung = asyncio.ensure_future(reward.score("x", "7", {"hang": True}))
-        quick = await reward.score("x", "7", {})
+        hung = asyncio.ensure_future(score_one(reward, "x", "7", {"hang": True}))
+        quick = await score_one(reward, "x", "7", {})
         return quick, hung.done(), await hung
 
     with CustomReward(f"{MODULE}:hangs_when_told", workers=2, deadline_s=1.0) as reward:

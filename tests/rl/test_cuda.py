@@ -9,15 +9,15 @@ import torch
 from rstar2.agent.prompt import PromptConfig
 from rstar2.demo.pipeline import DemoSettings
 from rstar2.models.loading import load_tokenizer
-from rstar2.rl.config import ModelConfig
 from rstar2.rl.learner import LocalLearner
-from rstar2.rl.policy import load_policy
-from rstar2.rl.runlog import read_metrics
 from rstar2.run.placement import rollout_engine
 from rstar2.run.settings import learner_settings
 from rstar2.sandbox import SandboxClient
 from rstar2.sft.dataset import sft_traces, split_tasks
 from rstar2.sft.train import as_sequence, resolve_sft_dtype, sft_train
+from rstar2.training.config import ModelConfig
+from rstar2.training.policy import load_policy
+from rstar2.training.runlog import read_metrics
 from tests.rl.test_trainer import make_config, rl_data, snapshot, train  # noqa: F401
 from tests.rl.test_update import SEQUENCES  # token ids < 96: valid in SmolLM2's vocabulary
 

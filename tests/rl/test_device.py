@@ -12,12 +12,13 @@ import torch
 import torch.serialization
 from transformers import LlamaForCausalLM
 
-from rstar2.rl import checkpoint
-from rstar2.rl.config import OptimizerConfig
-from rstar2.rl.optim import build_optimizer, build_scheduler
 from rstar2.rl.update import policy_update, recompute_logprobs
-from rstar2.sft.train import SFTSettings, sft_step
+from rstar2.sft.config import SFTSettings
+from rstar2.sft.train import sft_step
 from rstar2.run.recipe import ConfigError, load_config
+from rstar2.training import checkpoint
+from rstar2.training.config import OptimizerConfig
+from rstar2.training.optim import build_optimizer, build_scheduler
 from tests.run.test_config import RECIPES
 from tests.rl.test_update import SEQUENCES, SETTINGS, tiny_model
 

@@ -14,8 +14,8 @@ from rstar2.engines.base import SamplingParams
 from rstar2.fleet import Fleet
 from rstar2.models.loading import load_tokenizer
 from rstar2.reward import Grader
-from rstar2.rl.policy import load_policy
 from rstar2.sandbox import SandboxClient
+from rstar2.training.policy import load_policy
 from tests.rl.test_trainer import local_trainer, make_config, rl_data  # noqa: F401  (fixture)
 
 ray = pytest.importorskip("ray", reason="the Ray tests need the 'ray' extra (scripts/setup.sh)")

@@ -16,11 +16,11 @@ from rstar2.engines.hf import HFEngine, HFEngineConfig
 from rstar2.fleet import Fleet, HTTPMember, LocalMember
 from rstar2.models.loading import load_tokenizer
 from rstar2.reward import Grader
-from rstar2.rl.policy import load_policy
-from rstar2.rl.runlog import read_metrics
 from rstar2.run.placement import rollout_engine
 from rstar2.run.recipe import ConfigError, validate_config
 from rstar2.sandbox import SandboxClient
+from rstar2.training.policy import load_policy
+from rstar2.training.runlog import read_metrics
 from tests.fleet.test_fleet import WEIGHTS_TOKEN, serve
 from tests.rl.test_trainer import local_trainer, make_config, rl_data  # noqa: F401  (fixture)
 

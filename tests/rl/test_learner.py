@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from rstar2.engines.hf import HFEngine, HFEngineConfig
-from rstar2.rl.batch import TrainSequence
 from rstar2.rl.learner import Learner, LocalLearner
-from rstar2.rl.policy import load_policy
 from rstar2.run.recipe import validate_config
 from rstar2.run.settings import learner_settings
+from rstar2.training.batch import TrainSequence
+from rstar2.training.policy import load_policy
 
 
 @pytest.fixture

@@ -7,12 +7,12 @@ from pathlib import Path
 
 from rstar2.agent.card import read_card
 from rstar2.models.loading import load_model
-from rstar2.rl.runlog import read_metrics
 from rstar2.run.recipe import load_config
 from rstar2.run.training import train
 from rstar2.sft.config import load_sft_config
-from rstar2.sft.gsm8k import write_gsm8k_conversations
+from rstar2.sft.dataset import write_gsm8k_conversations
 from rstar2.sft.run import run_sft
+from rstar2.training.runlog import read_metrics
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 SMALL_RL = ["rl.steps=1", "rl.prompts_per_step=2", "rl.group_size=2", "rollout.max_response_tokens=48",

@@ -12,7 +12,7 @@ from rstar2.models.loading import load_tokenizer
 from rstar2.rl.metrics import Rollout
 from rstar2.rl.roc import GroupDecision, trajectory_facts
 from rstar2.rl.trainer import rollout_rows
-from rstar2.sft.traces import ScriptedEngine
+from rstar2.tasks.traces import ScriptedEngine
 
 PROMPT = PromptConfig(variant="rstar2")  # the paper's prompt: a system prompt with the tool's schema
 QUESTIONS = {"add:2,2": "What is 2 + 2?", "add:3,4": "What is 3 + 4?"}

@@ -10,7 +10,8 @@ from rstar2.data.problems import Problem
 from rstar2.engines.hf import HFEngine, HFEngineConfig
 from rstar2.engines.seeds import derive_seed
 from rstar2.reward import Grader, score
-from rstar2.rl.sampler import GradeStream, Sampler
+from rstar2.reward.grading import GradeStream
+from rstar2.rl.sampler import Sampler
 from rstar2.sandbox import SandboxClient
 from tests.polling import until
 

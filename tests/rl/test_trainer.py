@@ -17,17 +17,18 @@ from rstar2.engines.hf import HFEngine, HFEngineConfig
 from rstar2.recipe import ConfigError
 from rstar2.reward import Grader
 from rstar2.rl.learner import LocalLearner
-from rstar2.rl.policy import load_policy
 from rstar2.rl.prompt_order import PromptOrder
-from rstar2.rl.runlog import read_metrics
 from rstar2.rl.silence import NothingLearned
 from rstar2.rl.trainer import Trainer
 from rstar2.run.recipe import validate_config
 from rstar2.run.settings import learner_settings, trainer_settings
 from rstar2.run.training import build_trainer
 from rstar2.sandbox import SandboxClient
+from rstar2.sft.config import SFTSettings
 from rstar2.sft.dataset import sft_traces, split_tasks, write_problems
-from rstar2.sft.train import SFTSettings, as_sequence, sft_train
+from rstar2.sft.train import as_sequence, sft_train
+from rstar2.training.policy import load_policy
+from rstar2.training.runlog import read_metrics
 
 STEP_KEYS = {
     "reward/accuracy", "roc/dropped_share", "tools/calls_per_rollout", "tools/error_ratio",

@@ -8,11 +8,12 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from rstar2.rl.batch import TrainSequence, micro_batches
-from rstar2.rl.config import LossConfig, OptimizerConfig
+from rstar2.rl.config import LossConfig
 from rstar2.rl.loss import token_logprobs
-from rstar2.rl.optim import build_optimizer, build_scheduler
 from rstar2.rl.update import UpdateSettings, policy_update, recompute_logprobs, with_current_logprobs
+from rstar2.training.batch import TrainSequence, micro_batches
+from rstar2.training.config import OptimizerConfig
+from rstar2.training.optim import build_optimizer, build_scheduler
 
 
 def tiny_model(seed: int = 0) -> LlamaForCausalLM:

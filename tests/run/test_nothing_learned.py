@@ -8,8 +8,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from rstar2.cli import app
-from rstar2.rl.runlog import read_metrics
 from rstar2.sft.dataset import split_tasks, write_problems
+from rstar2.training.runlog import read_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "cpu-demo.yaml"

@@ -21,11 +21,11 @@ from rstar2.agent.tools import ToolSpec
 from rstar2.data.problems import read_problems
 from rstar2.engines.base import Completion
 from rstar2.engines.hf import HFEngine, HFEngineConfig
-from rstar2.rl.policy import load_policy
-from rstar2.rl.runlog import read_metrics
 from rstar2.run.recipe import validate_config
 from rstar2.run.training import open_reward, training_problems
 from rstar2.sandbox import SandboxClient
+from rstar2.training.policy import load_policy
+from rstar2.training.runlog import read_metrics
 from tests.data.sets import renamed, save_dataset, write_parquet
 from tests.rl.test_trainer import local_trainer, rl_data  # noqa: F401  (rl_data: a fixture)
 

@@ -16,13 +16,13 @@ from rstar2.agent.card import read_card
 from rstar2.data.problems import Problem
 from rstar2.reward import Grader
 from rstar2.rl.learner import LocalLearner
-from rstar2.rl.runlog import read_metrics
 from rstar2.run.placement import LocalPlacement, Placement
 from rstar2.run.recipe import load_config
 from rstar2.run.settings import learner_settings
 from rstar2.run.training import build_trainer, run_training
 from rstar2.sandbox import SandboxClient
 from rstar2.sft.dataset import split_tasks, write_problems
+from rstar2.training.runlog import read_metrics
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "cpu-demo.yaml"
 NAME = "execute_python_code_with_standard_io"

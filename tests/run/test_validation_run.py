@@ -15,11 +15,11 @@ import pytest
 from typer.testing import CliRunner
 
 from rstar2.cli import app
-from rstar2.rl.runlog import read_metrics
 from rstar2.run.placement import LocalPlacement
 from rstar2.run.recipe import load_config
 from rstar2.run.training import run_training
 from rstar2.sft.dataset import split_tasks, write_problems
+from rstar2.training.runlog import read_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "cpu-demo.yaml"

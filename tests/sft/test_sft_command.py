@@ -14,13 +14,13 @@ from rstar2.agent.card import read_card
 from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.data import DataError
 from rstar2.models.loading import load_model
-from rstar2.rl.checkpoint import RunExists
-from rstar2.rl.runlog import read_metrics
 from rstar2.sandbox import SandboxClient
 from rstar2.sft import train as sft_train_module
 from rstar2.sft.config import load_sft_config
 from rstar2.sft.dataset import sft_traces, split_tasks, write_traces
 from rstar2.sft.run import run_sft
+from rstar2.training.checkpoint import RunExists
+from rstar2.training.runlog import read_metrics
 
 STEPS = 8  # 8 conversations, batches of 2, 2 epochs
 

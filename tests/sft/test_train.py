@@ -7,9 +7,10 @@ import torch
 
 from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.models.loading import load_model, load_tokenizer
-from rstar2.rl.batch import TrainSequence
-from rstar2.rl.packing import IGNORE, pack_rows, packed_attention, packed_nll
-from rstar2.sft.train import SFTSettings, resolve_sft_dtype, sft_optimizer, sft_step
+from rstar2.sft.config import SFTSettings
+from rstar2.sft.train import resolve_sft_dtype, sft_optimizer, sft_step
+from rstar2.training.batch import TrainSequence
+from rstar2.training.packing import IGNORE, pack_rows, packed_attention, packed_nll
 from tests.rl.test_update import alone_logprobs
 
 TEXTS = [

@@ -12,8 +12,8 @@ from rstar2.agent.toolcall import tool_output
 from rstar2.reward import score
 from rstar2.sandbox import SandboxClient
 from rstar2.sft.dataset import sft_traces, split_tasks
-from rstar2.sft.tasks import FAMILIES, make_task
-from rstar2.sft.traces import ScriptedEngine, TraceError, make_trace, script
+from rstar2.tasks.templates import FAMILIES, make_task
+from rstar2.tasks.traces import ScriptedEngine, TraceError, make_trace, script
 
 PROMPT = PromptConfig(variant="short")
 

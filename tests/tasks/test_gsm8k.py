@@ -13,7 +13,7 @@ from rstar2.data import read_problems
 from rstar2.data.benchmarks import PACKAGED_DATA_DIR
 from rstar2.reward import score
 from rstar2.sandbox import SandboxClient
-from rstar2.sft.gsm8k import AnnotationError, gsm8k_task, gsm8k_traces, python_expression, step_count
+from rstar2.tasks.gsm8k import AnnotationError, gsm8k_task, gsm8k_traces, python_expression, step_count
 
 PROMPT = PromptConfig(variant="short")
 

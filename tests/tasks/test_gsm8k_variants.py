@@ -13,8 +13,8 @@ from rstar2.agent.prompt import PromptConfig
 from rstar2.data import read_problems
 from rstar2.data.benchmarks import PACKAGED_DATA_DIR
 from rstar2.sandbox import SandboxClient
-from rstar2.sft.gsm8k import gsm8k_traces
-from rstar2.sft.gsm8k_variants import TEXT_NUMBER, number_variants
+from rstar2.tasks.gsm8k import gsm8k_traces
+from rstar2.tasks.gsm8k_variants import TEXT_NUMBER, number_variants
 
 ROWS = 40
 

@@ -1,8 +1,8 @@
 """A process that writes checkpoints until it is killed, for the kill -9 tests.
 
-    python -m tests.rl.checkpoint_writer ROOT pause   # saves step 1, then stops inside step 2's
-                                                      # write (after model.pt) and prints mid-write
-    python -m tests.rl.checkpoint_writer ROOT loop    # saves steps 1, 2, 3, ... printing each
+    python -m tests.training.checkpoint_writer ROOT pause   # saves step 1, then stops inside step 2's
+                                                            # write (after model.pt) and prints mid-write
+    python -m tests.training.checkpoint_writer ROOT loop    # saves steps 1, 2, 3, ... printing each
 
 Every checkpoint of step s is self-consistent: all parameters equal s, the optimizer has taken
 s steps, and the data position says s; ``expected_step`` checks a loaded one.
@@ -15,9 +15,9 @@ import time
 
 import torch
 
-from rstar2.rl import checkpoint
-from rstar2.rl.config import OptimizerConfig
-from rstar2.rl.optim import build_optimizer, build_scheduler
+from rstar2.training import checkpoint
+from rstar2.training.config import OptimizerConfig
+from rstar2.training.optim import build_optimizer, build_scheduler
 
 
 def make_model() -> torch.nn.Module:

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from rstar2.rl.checkpoint import (
+from rstar2.rl.prompt_order import PromptOrder
+from rstar2.training.checkpoint import (
     CheckpointError,
     CheckpointWriter,
     latest_checkpoint,
@@ -21,10 +22,9 @@ from rstar2.rl.checkpoint import (
     resolve_checkpoint,
     save_checkpoint,
 )
-from rstar2.rl.config import CheckpointConfig, OptimizerConfig
-from rstar2.rl.optim import build_optimizer, build_scheduler
-from rstar2.rl.prompt_order import PromptOrder
-from tests.rl.checkpoint_writer import expected_step, make_model, make_training
+from rstar2.training.config import CheckpointConfig, OptimizerConfig
+from rstar2.training.optim import build_optimizer, build_scheduler
+from tests.training.checkpoint_writer import expected_step, make_model, make_training
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = torch.linspace(-1, 1, 20 * 8).reshape(20, 8)
@@ -191,7 +191,7 @@ def test_tied_weights_are_saved_once_and_stay_tied(tmp_path):
 
 def start_writer(root: Path, mode: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.rl.checkpoint_writer", str(root), mode],
+        [sys.executable, "-m", "tests.training.checkpoint_writer", str(root), mode],
         cwd=REPO, stdout=subprocess.PIPE, text=True,
     )
 

@@ -7,13 +7,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from rstar2.rl.checkpoint import load_checkpoint, save_checkpoint
-from rstar2.rl.config import OptimizerConfig
-from rstar2.rl.optim import build_optimizer, build_scheduler
 from rstar2.rl.prompt_order import PromptOrder
 from rstar2.run.recipe import load_config
 from rstar2.run.settings import learner_settings
-from rstar2.sft.train import SFTSettings, sft_optimizer
+from rstar2.sft.config import SFTSettings
+from rstar2.sft.train import sft_optimizer
+from rstar2.training.checkpoint import load_checkpoint, save_checkpoint
+from rstar2.training.config import OptimizerConfig
+from rstar2.training.optim import build_optimizer, build_scheduler
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 

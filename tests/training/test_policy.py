@@ -9,8 +9,8 @@ import torch
 from rstar2.engines.base import SamplingParams
 from rstar2.engines.hf import HFEngine, HFEngineConfig
 from rstar2.models.loading import load_model
-from rstar2.rl.config import LoraConfig, ModelConfig
-from rstar2.rl.policy import load_policy, save_policy
+from rstar2.training.config import LoraConfig, ModelConfig
+from rstar2.training.policy import load_policy, save_policy
 
 
 @pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing:FutureWarning")  # peft's, not ours

@@ -2,8 +2,8 @@
 
 from rich.console import Console
 
-from rstar2.rl.config import LoggingConfig
-from rstar2.rl.runlog import RunLog, console_line, read_metrics
+from rstar2.training.config import LoggingConfig
+from rstar2.training.runlog import RunLog, console_line, read_metrics
 
 
 def test_resume_drops_lines_after_the_checkpoint_and_appends(tmp_path):

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from rstar2.engines.hf import HFEngine, HFEngineConfig
-from rstar2.rl.policy import load_policy
+from rstar2.training.policy import load_policy
 from tests.rl.test_trainer import make_config, train
 from tests.view.conftest import off_the_loop, screenshot
 
