@@ -3,7 +3,8 @@
 Code written against an older rstar2 (``from rstar2.engines.loading import load_model``, a
 plugin naming ``rstar2.engines.fleet.policies``) keeps working: the old name imports the module
 at its new place (the same module object, so patching either name patches both) and warns
-once with the new name to use. A module that was split in two answers from both halves.
+once with the new name to use. A module that was split in two answers from both halves; a
+module that stayed but lost some names answers for them through ``moved_names``.
 
 ``MOVED`` is the whole list; ``rstar2/__init__.py`` installs the finder ahead of the usual ones
 so that an old package path never loads a second copy of a module from the new folder.
@@ -99,6 +100,20 @@ def joined(name: str, modules: list[types.ModuleType]) -> types.ModuleType:
 
     module.__getattr__ = lookup
     return module
+
+
+def moved_names(module: str, names: dict[str, str]):
+    """A ``__getattr__`` for ``module``, whose ``names`` left it for other modules (name -> new
+    module): each still answers from its new place, with the warning, for one release."""
+
+    def lookup(name: str):
+        if name not in names:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        warnings.warn(f"{module}.{name} has moved to {names[name]}.{name}; the old name will be "
+                      "removed in the next release", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(names[name]), name)
+
+    return lookup
 
 
 def install() -> None:

@@ -22,6 +22,8 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from rstar2.errors import Rstar2Error
+
 
 class RecipeLoader(yaml.SafeLoader):
     """YAML with YAML 1.2 booleans: only true/false, so ``mode: off`` stays the string 'off'."""
@@ -38,7 +40,7 @@ RecipeLoader.add_implicit_resolver(
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
-class ConfigError(ValueError):
+class ConfigError(Rstar2Error, ValueError):
     """A recipe or override that does not describe a valid run or job; the message names the
     field."""
 

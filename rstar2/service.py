@@ -38,6 +38,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from rstar2.errors import Rstar2Error
+
 ERROR_TYPES = {
     400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
     404: "not_found_error", 405: "invalid_request_error", 408: "request_timeout",
@@ -54,7 +56,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 
-class ServiceError(Exception):
+class ServiceError(Rstar2Error):
     """A request refused with ``status`` and a one-line ``message`` (answered in the shared
     error shape; ``headers`` such as ``Retry-After`` go with it)."""
 

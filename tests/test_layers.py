@@ -28,7 +28,7 @@ LAYERS = [
     {"engines"},
     {"models", "weights"},
     {"sandbox", "reward"},
-    {"section", "recipe", "service", "moved", "__init__"},
+    {"section", "recipe", "service", "moved", "errors", "__init__"},
 ]
 RANK = {package: rank for rank, layer in enumerate(LAYERS) for package in layer}
 

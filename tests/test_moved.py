@@ -53,3 +53,16 @@ def test_names_that_did_not_move_are_left_alone():
     assert new_names("rstar2.engines.fleet.engine") == ("rstar2.fleet.engine",)
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("rstar2.engines.nothing_here")
+
+
+def test_names_that_left_a_module_still_answer_from_it():
+    result = run("from rstar2.rl.config import ModelConfig, RLConfig\n"
+                 "from rstar2.rl.update import autocast\n"
+                 "import rstar2.training.config as new\n"
+                 "print(ModelConfig is new.ModelConfig, autocast.__module__)\n"
+                 "import rstar2.rl.config as old\n"
+                 "try:\n    old.Nothing\nexcept AttributeError as error:\n    print('missing')\n")
+    assert result.stdout.split() == ["True", "rstar2.training.precision", "missing"]
+    assert "<string>:1: DeprecationWarning: rstar2.rl.config.ModelConfig has moved to " \
+           "rstar2.training.config.ModelConfig" in result.stderr
+    assert "RLConfig" not in result.stderr  # it did not move

@@ -25,12 +25,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rstar2.agent.card_files import ToolFiles, carry_tool_files, resolved_tool_files
 from rstar2.agent.prompt import PromptConfig, tool_schema
 from rstar2.agent.tools import ToolSpec
+from rstar2.errors import Rstar2Error
 from rstar2.models.hub import ModelNotFound, hub_snapshot, split_hub_id
 
 CARD_FILE = "rstar2.json"
 
 
-class CardError(ValueError):
+class CardError(Rstar2Error, ValueError):
     """A model folder's ``rstar2.json`` is not a card this version can read."""
 
 

@@ -11,12 +11,28 @@ import sys
 from typing import NoReturn
 
 import typer
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperGroup
 
 import rstar2
+from rstar2.errors import Rstar2Error
 
 
-class PlainUsageCommand(TyperCommand):
+class ReportsErrors:
+    """An ``Rstar2Error`` a command (or a group's callback) raises ends it as one ``error:``
+    line with the error's exit status, whichever command and whichever error."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except Rstar2Error as error:
+            fail(error, error.exit_code)
+
+
+class ReportingGroup(ReportsErrors, TyperGroup):
+    """A command group that reports errors as its commands do."""
+
+
+class PlainUsageCommand(ReportsErrors, TyperCommand):
     """A command whose usage line writes a required argument as ``NAME``, an optional one as
     ``[NAME]``, and whose argument list names each argument alone: the conventions of every
     Unix manual, which users read without a legend (typer writes ``{NAME}`` and
@@ -48,7 +64,10 @@ def argument_name(param) -> str:
 
 
 class App(typer.Typer):
-    """A Typer app whose commands are ``PlainUsageCommand``s."""
+    """A Typer app whose commands are ``PlainUsageCommand``s and whose groups report errors."""
+
+    def __init__(self, *args, cls: type[TyperGroup] = ReportingGroup, **settings):
+        super().__init__(*args, cls=cls, **settings)
 
     def command(self, *args, cls: type[TyperCommand] = PlainUsageCommand, **settings):
         return super().command(*args, cls=cls, **settings)

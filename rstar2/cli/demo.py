@@ -39,14 +39,11 @@ def demo(
     SFT never saw, (3) greedy accuracy of the base, SFT-only and final models with the tool, and
     a PNG of the RL curves. The default recipe uses generated arithmetic;
     `--recipe gsm8k` trains on GSM8K train and evaluates on GSM8K test. Prints where everything is."""
-    from rstar2.data import DataError
     from rstar2.demo.gsm8k import SECTION as GSM8K_SECTION
     from rstar2.demo.gsm8k import run_gsm8k
     from rstar2.demo.pipeline import SECTION as DEMO_SECTION
     from rstar2.demo.pipeline import run_demo
-    from rstar2.models.loading import ModelNotFound
-    from rstar2.rl.silence import NothingLearned
-    from rstar2.run.recipe import ConfigError, read_recipe
+    from rstar2.run.recipe import read_recipe
     from rstar2.training.config import LoggingConfig
 
     path = NAMED_RECIPES.get(recipe, Path(recipe))
@@ -60,7 +57,5 @@ def demo(
         extra += [f"{section}.sft.compute_dtype={sft_dtype}"] if sft_dtype else []
         run = run_gsm8k if section == GSM8K_SECTION else run_demo
         run(path, settings + extra, name)
-    except (FileExistsError, ConfigError, DataError, ValidationError, ModelNotFound) as error:
+    except (FileExistsError, ValidationError) as error:
         fail(error)
-    except NothingLearned as error:  # its RL phase ran and failed, as `rstar2 train` does
-        fail(error, code=1)

@@ -95,9 +95,9 @@ def evaluate(
     if bench is None:
         fail("--bench is required (e.g. --bench aime2024,math500); see `rstar2 eval --help`")
     from rstar2.agent.prompt import PromptConfig
-    from rstar2.data import DataError, split_specs
-    from rstar2.eval.launch import RunFailed, default_out_dir, evaluate_and_report
-    from rstar2.eval.runner import EvalSettings, RunConflict
+    from rstar2.data import split_specs
+    from rstar2.eval.launch import default_out_dir, evaluate_and_report
+    from rstar2.eval.runner import EvalSettings
     from rstar2.models.device import resolve_device
 
     if engine == "hf":
@@ -121,7 +121,7 @@ def evaluate(
         table = evaluate_and_report(settings, out or default_out_dir(settings), resume=resume,
                                     sandbox_urls=sandbox_url or None, sandbox_workers=sandbox_workers,
                                     show_progress=not quiet)
-    except (DataError, RunConflict, RunFailed, ValueError) as error:
+    except ValueError as error:
         fail(error)
     except KeyboardInterrupt:
         typer.echo("interrupted: finished samples are saved; repeat the command with --resume to continue",

@@ -188,27 +188,23 @@ def trained_card(model: str, tokenizer: str | None = None, base_url: str | None 
     how the model is asked. None when there is none. With ``import_tools`` (a command that
     builds the card's tools) the copies of the tool modules its folder carries are imported, so
     the tools are built from the folder's copy wherever the folder is."""
-    from rstar2.agent.card import CardError, ModelCard, card_path, read_card
+    from rstar2.agent.card import ModelCard, card_path, read_card
     from rstar2.agent.card_files import import_tool_modules
-    from rstar2.agent.tools import ToolConfigError
 
-    try:
-        card = None
-        hub = base_url is None  # a served model's name is the server's, not the hub's
-        for source in (model, tokenizer):
-            card = read_card(source, hub)
-            if card is not None:
-                typer.echo(f"using {card_path(source, hub)}: {card.summary()}", err=True)
-                break
-        if card is None and base_url is not None:
-            served = served_model_entry(base_url).get("rstar2")
-            if served:
-                card = ModelCard.model_validate(served)
-                typer.echo(f"using the card {base_url} serves: {card.summary()}", err=True)
-        if card is not None and import_tools:
-            import_tool_modules(card.tool_files)
-    except (CardError, ToolConfigError) as error:
-        fail(error)
+    card = None
+    hub = base_url is None  # a served model's name is the server's, not the hub's
+    for source in (model, tokenizer):
+        card = read_card(source, hub)
+        if card is not None:
+            typer.echo(f"using {card_path(source, hub)}: {card.summary()}", err=True)
+            break
+    if card is None and base_url is not None:
+        served = served_model_entry(base_url).get("rstar2")
+        if served:
+            card = ModelCard.model_validate(served)
+            typer.echo(f"using the card {base_url} serves: {card.summary()}", err=True)
+    if card is not None and import_tools:
+        import_tool_modules(card.tool_files)
     return card
 
 

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from rstar2.cli.app import app, fail
+from rstar2.cli.app import app
 
 
 @app.command()
@@ -30,17 +30,11 @@ def publish(
     the same way); the token is HF_TOKEN's or the one `hf auth login` saved, and needs write
     access.
     """
-    from rstar2.rl.publish import HubRefused, NotPublishable, hub_client, model_folder, publish_model
+    from rstar2.rl.publish import hub_client, model_folder, publish_model
 
-    try:
-        checked = model_folder(folder)
-        api = hub_client(repo)
-    except NotPublishable as error:
-        fail(error)
+    checked = model_folder(folder)
+    api = hub_client(repo)
     typer.echo(f"publishing {len(checked.files)} files ({checked.size / 2**20:.1f} MiB) of "
                f"{checked.path} to {api.endpoint}/{repo} (branch {revision})")
-    try:
-        published = publish_model(api, checked, repo, private=private, revision=revision, message=message)
-    except HubRefused as error:
-        fail(error, code=1)
+    published = publish_model(api, checked, repo, private=private, revision=revision, message=message)
     typer.echo(f"published: {published.repo_url} (commit {published.commit_url})")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from rstar2.cli.app import app, fail
+from rstar2.cli.app import app
 from rstar2.cli.options import (
     Overrides,
     RecipeDevice,
@@ -38,20 +38,10 @@ def sft(
     Everything goes to runs/<name>/ (or --out): config.yaml, metrics.jsonl, checkpoints/ and, at the end,
     final/ (a model directory with its rstar2.json card, for `rstar2 train`, `chat` and `eval`).
     """
-    from rstar2.data import DataError
-    from rstar2.models.loading import ModelNotFound
-    from rstar2.recipe import ConfigError
     from rstar2.sft.config import load_sft_config
     from rstar2.sft.run import run_sft
-    from rstar2.training.checkpoint import RunExists
 
-    try:
-        config = load_sft_config(recipe, recipe_overrides(overrides, name, device, out))
-    except ConfigError as error:
-        fail(error)
+    config = load_sft_config(recipe, recipe_overrides(overrides, name, device, out))
     announce_device(config.model.device)
-    try:
-        final = run_sft(config, resume=resume)
-    except (RunExists, DataError, ModelNotFound) as error:
-        fail(error)
+    final = run_sft(config, resume=resume)
     typer.echo(f"done: metrics in {config.run_dir / 'metrics.jsonl'}, trained model in {final}")

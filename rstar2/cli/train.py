@@ -42,22 +42,11 @@ def train(
     rollouts scored alike, or every reward call failed) says why in one error line and exits 1;
     input refused before the run starts exits 2.
     """
-    from rstar2.agent.tools import ToolConfigError
-    from rstar2.cluster.architectures import UnknownArchitecture
-    from rstar2.cluster.plan import PlacementError, UnsupportedPlacement
-    from rstar2.cluster.sandboxes import SandboxServicesDown
     from rstar2.data import DataError
-    from rstar2.models.loading import ModelNotFound
-    from rstar2.reward import RewardError
-    from rstar2.rl.silence import NothingLearned
     from rstar2.run import training
-    from rstar2.run.recipe import ConfigError, load_config
-    from rstar2.training.checkpoint import RunExists
+    from rstar2.run.recipe import load_config
 
-    try:
-        config = load_config(recipe, recipe_overrides(overrides, name, device, out))
-    except ConfigError as error:
-        fail(error)
+    config = load_config(recipe, recipe_overrides(overrides, name, device, out))
     if plan:
         print_plan(config)
         return
@@ -67,11 +56,8 @@ def train(
         final = training.train(config, resume=resume)
     except DataError as error:  # data.train or data.keep_ids
         fail(f"{error}{training_data_hint(config)}")
-    except (RunExists, ImportError, PlacementError, UnknownArchitecture, UnsupportedPlacement,
-            SandboxServicesDown, ModelNotFound, RewardError, ToolConfigError) as error:
-        fail(error)  # ImportError: an extra is missing
-    except NothingLearned as error:  # it ran, and failed: not a refusal of its input
-        fail(error, code=1)
+    except ImportError as error:  # an extra is missing
+        fail(error)
     typer.echo(f"done: metrics in {config.run_dir / 'metrics.jsonl'}, trained model in {final}")
 
 
@@ -102,11 +88,6 @@ def training_data_hint(config) -> str:
 def print_plan(config) -> None:
     """``--plan``: the placement and memory of the recipe's cluster or of its one process, or a
     one-line refusal."""
-    from rstar2.cluster.architectures import UnknownArchitecture
-    from rstar2.cluster.plan import PlacementError, UnsupportedPlacement
     from rstar2.run.plan import run_plan
 
-    try:
-        typer.echo(run_plan(config))
-    except (PlacementError, UnknownArchitecture, UnsupportedPlacement) as error:
-        fail(error)
+    typer.echo(run_plan(config))

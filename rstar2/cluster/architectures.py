@@ -16,6 +16,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from rstar2.errors import Rstar2Error
+
 
 @dataclass(frozen=True)
 class Architecture:
@@ -71,7 +73,7 @@ HUB_IDS: dict[str, str] = {
 """Hub ids (revision aside) of the models in ``KNOWN``."""
 
 
-class UnknownArchitecture(ValueError):
+class UnknownArchitecture(Rstar2Error, ValueError):
     """Neither a known name nor a readable local config.json."""
 
 

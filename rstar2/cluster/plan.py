@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from rstar2.cluster.architectures import Architecture, architecture
 from rstar2.cluster.config import ClusterConfig, ClusterJob
+from rstar2.errors import Rstar2Error
 from rstar2.rl.config import RLConfig
 from rstar2.training.config import ModelConfig
 
@@ -37,7 +38,7 @@ GIB = 1024**3
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 
 
-class PlacementError(ValueError):
+class PlacementError(Rstar2Error, ValueError):
     """The cluster cannot hold the run as described; the message says what does not fit."""
 
 
@@ -68,7 +69,7 @@ class Plan:
     gpus: bool
 
 
-class UnsupportedPlacement(RuntimeError):
+class UnsupportedPlacement(Rstar2Error, RuntimeError):
     """A cluster run this launcher cannot build (said before anything is written)."""
 
 

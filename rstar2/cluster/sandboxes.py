@@ -17,12 +17,13 @@ Tool calls never pass through the actor; it only owns the processes.
 from __future__ import annotations
 
 from rstar2.cluster.config import SandboxPlacement
+from rstar2.errors import Rstar2Error
 
 START_TIMEOUT_S = 300.0
 ANSWER_TIMEOUT_S = 30.0
 
 
-class SandboxServicesDown(RuntimeError):
+class SandboxServicesDown(Rstar2Error, RuntimeError):
     """A node's sandbox services did not start, or are gone; the message names the node."""
 
 

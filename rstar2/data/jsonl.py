@@ -23,8 +23,10 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from rstar2.errors import Rstar2Error
 
-class DataError(ValueError):
+
+class DataError(Rstar2Error, ValueError):
     """A data file is missing, malformed, or has rows that break its contract."""
 
 

@@ -31,6 +31,8 @@ from typing import Annotated, Any, Hashable, Literal, Protocol, TypeVar, runtime
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
+from rstar2.errors import Rstar2Error
+
 FinishReason = Literal["stop", "length", "abort", "error", "repetition"]
 
 SMALLEST_SAMPLED = 2.0**-126
@@ -168,11 +170,11 @@ class EngineLoad(BaseModel):
                               "histogram's count).")
 
 
-class EngineError(RuntimeError):
+class EngineError(Rstar2Error, RuntimeError):
     """An engine could not be reached or refused the request (a server, a vLLM engine)."""
 
 
-class TrajectoryLost(RuntimeError):
+class TrajectoryLost(Rstar2Error, RuntimeError):
     """The engine that held this trajectory is gone: run the trajectory again from its start."""
 
 

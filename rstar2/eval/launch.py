@@ -26,6 +26,7 @@ from rstar2.data.benchmarks import load_benchmark
 from rstar2.data.problems import FieldMap, Problem
 from rstar2.engines.base import EngineError
 from rstar2.engines.registry import EngineSpec, open_engine
+from rstar2.errors import Rstar2Error
 from rstar2.eval.report import markdown_table
 from rstar2.eval.runner import (
     SAMPLES_JSONL,
@@ -42,7 +43,7 @@ from rstar2.sandbox import SandboxClient, SandboxError, local_sandbox
 DEFAULT_RUNS_DIR = Path("runs/eval")
 
 
-class RunFailed(RuntimeError):
+class RunFailed(Rstar2Error, RuntimeError):
     """The engine or the sandbox failed mid-run; the finished samples are kept."""
 
 

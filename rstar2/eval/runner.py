@@ -40,6 +40,7 @@ from rstar2.data.benchmarks import Benchmark
 from rstar2.data.problems import Problem
 from rstar2.engines.base import SamplerFloat
 from rstar2.engines.registry import EngineKind
+from rstar2.errors import Rstar2Error
 from rstar2.eval.progress import RunProgress
 from rstar2.eval.report import build_results, write_reports
 from rstar2.eval.samples import SampleKey, SampleOutcome, SampleRecord, open_log
@@ -93,7 +94,7 @@ FIXED_FIELDS = ("model", "engine", "dtype", "temperature", "top_p", "max_tokens"
                 "prompt", "tool_name", "tool_specs", "answer_tag")
 
 
-class RunConflict(RuntimeError):
+class RunConflict(Rstar2Error, RuntimeError):
     """The output directory holds a run this one must not be mixed with or overwrite."""
 
 

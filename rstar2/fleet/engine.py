@@ -42,13 +42,14 @@ from rstar2.engines.base import (
     run_trajectory,
 )
 from rstar2.engines.seeds import derive_seed
+from rstar2.errors import Rstar2Error
 from rstar2.fleet.members import Member, MemberDown
 from rstar2.fleet.scheduler import PolicyName, Scheduler
 
 log = logging.getLogger(__name__)
 
 
-class FleetDown(RuntimeError):
+class FleetDown(Rstar2Error, RuntimeError):
     """No member is left to run trajectories on."""
 
 

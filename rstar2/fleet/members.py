@@ -23,10 +23,11 @@ import httpx
 from rstar2.engines.base import Completion, Engine, EngineError, EngineLoad, SamplingParams
 from rstar2.engines.openai import OpenAIEngine
 from rstar2.engines.vllm_metrics import parse_vllm_metrics
+from rstar2.errors import Rstar2Error
 from rstar2.weights.disk import token_from_env
 
 
-class MemberDown(RuntimeError):
+class MemberDown(Rstar2Error, RuntimeError):
     """The member cannot serve any more (closed engine, refused connection, dead actor)."""
 
 

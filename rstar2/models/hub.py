@@ -22,6 +22,8 @@ import functools
 import re
 from pathlib import Path
 
+from rstar2.errors import Rstar2Error
+
 HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>[\w./-]+))?$")
 """``org/name`` with an optional ``@revision``; a local path that exists is never read as one."""
 CONFIG_FILES = ("config.json", "generation_config.json", "rstar2.json", "tools/*")
@@ -34,7 +36,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 WEIGHT_FILES = ("*.safetensors", "model.safetensors.index.json")
 
 
-class ModelNotFound(ValueError):
+class ModelNotFound(Rstar2Error, ValueError):
     """The model spec names nothing loadable on this machine (the message says why and what
     to do)."""
 

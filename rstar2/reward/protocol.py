@@ -27,10 +27,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from rstar2.errors import Rstar2Error
+
 Failure = Literal["error", "timeout", "invalid"]
 
 
-class RewardError(ValueError):
+class RewardError(Rstar2Error, ValueError):
     """A reward that cannot be used (the message names it and what is wrong)."""
 
 

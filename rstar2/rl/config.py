@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from rstar2.moved import moved_names
 from rstar2.section import Section
 from rstar2.training.config import OptimizerConfig
 
@@ -149,3 +150,7 @@ class RLConfig(Section):
                 f"updates_per_step {self.updates_per_step}"
             )
         return self
+
+
+__getattr__ = moved_names(__name__, {name: "rstar2.training.config" for name in (
+    "ModelConfig", "LoraConfig", "CheckpointConfig", "LoggingConfig")})

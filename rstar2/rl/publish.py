@@ -32,6 +32,7 @@ from huggingface_hub import HfApi, constants, get_token
 from huggingface_hub.errors import HfHubHTTPError
 
 from rstar2.agent.card import CARD_FILE, CardError, read_card
+from rstar2.errors import Rstar2Error
 from rstar2.models.hub import split_hub_id
 
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
@@ -49,13 +50,15 @@ REFUSALS = {
 """What the hub's refusals mean for someone publishing, by HTTP status."""
 
 
-class NotPublishable(ValueError):
+class NotPublishable(Rstar2Error, ValueError):
     """Publishing cannot start: the folder is not a model rstar2 wrote, the repo id is not
     one, there is no token or the hub is switched off (offline mode)."""
 
 
-class HubRefused(RuntimeError):
+class HubRefused(Rstar2Error, RuntimeError):
     """The hub answered with an error, or could not be reached."""
+
+    exit_code = 1  # publishing started, and failed
 
 
 @dataclass(frozen=True)

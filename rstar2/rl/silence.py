@@ -23,11 +23,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rstar2.errors import Rstar2Error
 from rstar2.reward import Score
 
 
-class NothingLearned(RuntimeError):
+class NothingLearned(Rstar2Error, RuntimeError):
     """The run stopped because it learned nothing for ``rl.max_silent_steps`` steps."""
+
+    exit_code = 1  # it ran, and failed: not a refusal of its input
 
     def __init__(self, why: str, step: int, checkpoints: Path):
         super().__init__(why)

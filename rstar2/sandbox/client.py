@@ -31,6 +31,7 @@ from collections.abc import Sequence
 
 import aiohttp
 
+from rstar2.errors import Rstar2Error
 from rstar2.sandbox.protocol import RunRequest, RunResult
 
 DOWN_FOR_S = 5.0
@@ -38,7 +39,7 @@ DOWN_FOR_S = 5.0
 TRANSPORT_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError)
 
 
-class SandboxError(RuntimeError):
+class SandboxError(Rstar2Error, RuntimeError):
     """The service answered something other than results (a bug or a bad request)."""
 
 

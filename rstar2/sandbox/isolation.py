@@ -26,6 +26,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from rstar2.errors import Rstar2Error
 from rstar2.sandbox.worker.limits import WorkerLimits
 
 WORKER_PACKAGE = Path(__file__).with_name("worker")  # run as `python -m worker` from its parent
@@ -38,7 +39,7 @@ SYSTEM_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 ETC_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives")
 
 
-class IsolationUnavailable(RuntimeError):
+class IsolationUnavailable(Rstar2Error, RuntimeError):
     """bubblewrap is missing or cannot create namespaces here."""
 
 

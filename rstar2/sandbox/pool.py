@@ -22,6 +22,7 @@ import struct
 import time
 from dataclasses import dataclass, field
 
+from rstar2.errors import Rstar2Error
 from rstar2.sandbox.isolation import WORKER_ENV, call_uids, worker_command, worker_directory
 from rstar2.sandbox.metrics import SandboxMetrics
 from rstar2.sandbox.protocol import RunRequest, RunResult
@@ -35,7 +36,7 @@ START_TIMEOUT_S = 120.0  # importing sympy and numpy in a cold page cache can ta
 GRACE_S = 3.0  # time a worker gets past a call's deadline to kill, drain and report
 
 
-class QueueFull(Exception):
+class QueueFull(Rstar2Error):
     """The pool cannot accept more calls right now."""
 
 

@@ -48,6 +48,7 @@ from rstar2.agent.prompt import PromptConfig
 from rstar2.agent.rollout import CodeRunner
 from rstar2.agent.trajectory import Trajectory
 from rstar2.data.problems import Problem
+from rstar2.errors import Rstar2Error
 from rstar2.tasks.templates import Task
 from rstar2.tasks.traces import TraceError, make_trace
 
@@ -63,7 +64,7 @@ VISIBLE_EXPRESSION = set("0123456789.,+-*/xX×÷=()$%^ ")
 MAX_NAME_WORDS = 3
 
 
-class AnnotationError(ValueError):
+class AnnotationError(Rstar2Error, ValueError):
     """A solution whose annotations cannot become a program: ``reason`` is the drop reason
     counted (``no_annotation`` or ``invalid_annotation``), the message says which one failed."""
 

@@ -24,10 +24,11 @@ from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.agent.rollout import Agent, CodeRunner, RolloutConfig
 from rstar2.agent.trajectory import Trajectory
 from rstar2.engines.base import Completion, SamplingParams
+from rstar2.errors import Rstar2Error
 from rstar2.tasks.templates import Task
 
 
-class TraceError(RuntimeError):
+class TraceError(Rstar2Error, RuntimeError):
     """A scripted trace did not come out as its task says (template bug)."""
 
 

@@ -54,11 +54,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from rstar2.errors import Rstar2Error
+
 STEP_DIR = re.compile(r"^step_(\d{8})$")
 TEMP_PREFIX = ".tmp-"
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(Rstar2Error, RuntimeError):
     """A checkpoint is missing, or does not fit the model it is loaded into."""
 
 
@@ -179,7 +181,7 @@ def load_checkpoint(
     return TrainingState(step=state["step"], data_position=state["data_position"])
 
 
-class RunExists(RuntimeError):
+class RunExists(Rstar2Error, RuntimeError):
     """The run folder holds another run's checkpoints and ``resume`` was not asked for."""
 
 

@@ -28,6 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from rstar2.errors import Rstar2Error
+
 ToolStatus = Literal["ok", "error", "timeout", "killed", "parse_error"]
 JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
@@ -55,7 +57,7 @@ class ToolResult:
         return self.status == "ok"
 
 
-class ToolError(Exception):
+class ToolError(Rstar2Error):
     """A call the tool cannot serve; the message is the response the model reads."""
 
 
@@ -63,7 +65,7 @@ class ArgumentError(ToolError):
     """The call's arguments do not fit the tool's schema (recorded as a parse error)."""
 
 
-class ToolUnavailable(RuntimeError):
+class ToolUnavailable(Rstar2Error, RuntimeError):
     """The service behind a tool is unreachable: the run stops instead of answering the model."""
 
 

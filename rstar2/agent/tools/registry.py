@@ -35,11 +35,12 @@ from pydantic import model_serializer, model_validator
 from rstar2.agent.tools.base import ArgumentError, Tool, ToolError, ToolResult, ToolUnavailable
 from rstar2.agent.tools.calculator import Calculator
 from rstar2.agent.tools.python import PYTHON_TOOL_NAME, CodeRunner, PythonTool
+from rstar2.errors import Rstar2Error
 from rstar2.sandbox import SandboxUnavailable
 from rstar2.section import Section
 
 
-class ToolConfigError(ValueError):
+class ToolConfigError(Rstar2Error, ValueError):
     """A tool list that cannot be built (the message names the entry and what is wrong)."""
 
 
