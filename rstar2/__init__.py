@@ -1,10 +1,14 @@
 """rstar2: agentic reinforcement learning for tool-using math reasoners (rStar2-Agent).
 
 Packages by pipeline stage: ``sandbox`` (isolated Python execution service), ``reward``
-(answer extraction and verification), ``agent`` (prompt, tool calls, multi-turn rollout),
-``engines`` (token-in/token-out generation), ``data`` and ``tasks`` (the problems and traces
-the project makes), ``training`` (what SFT and RL both train on), ``sft`` (the cold start),
-``rl`` (GRPO-RoC) and ``eval``; ``cli`` is the thin ``rstar2`` command over them.
+(answer extraction and verification), ``models`` (loading models, device and dtype choice),
+``weights`` (weights on the wire and on disk), ``engines`` (token-in/token-out generation),
+``fleet`` (many engines behind one scheduler), ``serve`` (an engine behind an HTTP API),
+``agent`` (prompt, tool calls, multi-turn rollout), ``data`` and ``tasks`` (the problems and
+traces the project makes), ``training`` (what SFT and RL both train on), ``sft`` (the cold
+start), ``rl`` (GRPO-RoC) and ``eval``; ``cluster`` and ``run`` place and wire a run; ``cli``
+is the thin ``rstar2`` command over them. Every error raised on purpose is an
+``errors.Rstar2Error``; ``moved`` keeps old import paths working for one release.
 """
 
 from pathlib import Path
