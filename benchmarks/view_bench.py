@@ -40,14 +40,15 @@ from rstar2.agent.trajectory import Trajectory
 from rstar2.data.benchmarks import load_benchmark
 from rstar2.data.problems import Problem
 from rstar2.engines.hf import HFEngine, HFEngineConfig
-from rstar2.models.loading import load_tokenizer
 from rstar2.eval.launch import solution_of
 from rstar2.eval.runner import EvalSettings, run_eval
+from rstar2.models.loading import load_tokenizer
 from rstar2.reward import Grader
 from rstar2.rl.advantage import PaperRoC
 from rstar2.rl.config import RLConfig
-from rstar2.rl.metrics import Rollout, step_metrics
+from rstar2.rl.metrics import step_metrics
 from rstar2.rl.roc import trajectory_facts
+from rstar2.rl.rollout import Rollout
 from rstar2.rl.trainer import rollout_rows
 from rstar2.sandbox import SandboxClient, local_sandbox
 from rstar2.sandbox.local import free_port

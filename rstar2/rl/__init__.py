@@ -13,6 +13,7 @@ the run log), as SFT does. Modules, each one idea:
 * ``publish``      -- a saved model directory onto the Hugging Face hub;
 * ``metrics``      -- the numbers a step reports (``rstar2.training.runlog`` is where they go);
 * ``timing``       -- wall time of overlapping phases (tool calls during rollouts);
+* ``rollout``      -- a sampled rollout, as the sampler hands it to the step;
 * ``sampler``      -- rollouts of a batch of problems through the agent, graded as each ends;
 * ``learner``      -- the ``Learner`` protocol and ``LocalLearner``, the policy in this process;
 * ``validation``   -- greedy probes of the policy on a held-out set during training;

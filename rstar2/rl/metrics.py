@@ -23,25 +23,11 @@ behind the step's own, so a skipped or stale weight sync shows as a lag above 0.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
-from rstar2.agent.trajectory import Trajectory
 from rstar2.reward import Score
 from rstar2.rl.loss import LossStats
-from rstar2.rl.roc import GroupDecision, RolloutSummary, decision_counts, rollout_metrics
-
-
-@dataclass(frozen=True)
-class Rollout:
-    """One sampled rollout with what the step learned about it."""
-
-    trajectory: Trajectory
-    facts: RolloutSummary
-    span_s: tuple[float, float, float] | None = None
-    """Seconds after the step's sampling began at which the rollout started, ended and was
-    graded (the viewer's timeline); None where nobody timed it."""
-    score: Score | None = None
-    """The reward call's outcome (failures, a custom record's numbers); None where none was made."""
+from rstar2.rl.roc import GroupDecision, decision_counts, rollout_metrics
+from rstar2.rl.rollout import Rollout
 
 
 def step_metrics(

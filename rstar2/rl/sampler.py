@@ -34,8 +34,8 @@ from rstar2.data.problems import Problem
 from rstar2.engines.base import TrainableEngine
 from rstar2.engines.seeds import derive_seed
 from rstar2.reward import Reward, RewardItem, score_batch
-from rstar2.rl.metrics import Rollout
 from rstar2.rl.roc import trajectory_facts
+from rstar2.rl.rollout import Rollout
 from rstar2.rl.timing import TimedRunner
 
 

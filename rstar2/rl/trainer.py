@@ -52,9 +52,10 @@ from rstar2.reward import Score
 from rstar2.rl.advantage import GroupAlgorithm, group_algorithm
 from rstar2.rl.config import RLConfig
 from rstar2.rl.learner import Learner
-from rstar2.rl.metrics import Rollout, step_metrics, weight_version_metrics
+from rstar2.rl.metrics import step_metrics, weight_version_metrics
 from rstar2.rl.prompt_order import PromptOrder
 from rstar2.rl.roc import GroupDecision
+from rstar2.rl.rollout import Rollout
 from rstar2.rl.sampler import Sampler
 from rstar2.rl.silence import SilenceWatch
 from rstar2.rl.validation import Validator

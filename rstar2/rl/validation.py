@@ -25,8 +25,8 @@ import time
 from collections.abc import Sequence
 
 from rstar2.data.problems import Problem
-from rstar2.rl.metrics import Rollout
 from rstar2.rl.roc import failed_share
+from rstar2.rl.rollout import Rollout
 from rstar2.rl.sampler import Sampler
 
 

@@ -9,7 +9,8 @@ import pytest
 from rstar2.agent.trajectory import Trajectory
 from rstar2.engines.hf import HFEngine, HFEngineConfig
 from rstar2.rl.learner import LocalLearner
-from rstar2.rl.metrics import Rollout, weight_version_metrics
+from rstar2.rl.metrics import weight_version_metrics
+from rstar2.rl.rollout import Rollout
 from rstar2.rl.update import LogprobDrift, with_current_logprobs
 from rstar2.run.settings import learner_settings
 from tests.rl.test_trainer import make_config, rl_data  # noqa: F401

@@ -9,8 +9,8 @@ from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.agent.rollout import Agent, RolloutConfig
 from rstar2.data.problems import Problem
 from rstar2.models.loading import load_tokenizer
-from rstar2.rl.metrics import Rollout
 from rstar2.rl.roc import GroupDecision, trajectory_facts
+from rstar2.rl.rollout import Rollout
 from rstar2.rl.trainer import rollout_rows
 from rstar2.tasks.traces import ScriptedEngine
 

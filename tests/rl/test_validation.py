@@ -4,8 +4,8 @@ the first step): a resume keeps it, a fresh start drops it, readers of the steps
 from rich.console import Console
 
 from rstar2.reward import Score
-from rstar2.rl.metrics import Rollout
 from rstar2.rl.roc import RolloutSummary, TextFacts
+from rstar2.rl.rollout import Rollout
 from rstar2.rl.validation import Validator, validation_metrics
 from rstar2.training.config import LoggingConfig
 from rstar2.training.runlog import RunLog, console_line, read_metrics
