@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from rstar2.cli.app import command_group, fail
+from rstar2.cli.app import command_group
 from rstar2.cli.options import Fields, Split, Subset, field_map
 
 data_app = command_group("data", "Benchmarks and training-set filters (integer answers, "
@@ -46,13 +46,10 @@ def integer_filter(
     `.0`, units and `%` are decoration. Kept rows get the canonical digits as `answer` (the
     original in `answer_raw`); all other fields are kept.
     """
-    from rstar2.data import DataError, read_problems, split_integer_answers, write_jsonl
+    from rstar2.data import read_problems, split_integer_answers, write_jsonl
 
     fields = field_map(field)
-    try:
-        kept = split_integer_answers(read_problems(source, fields, split=split, subset=subset), fields)
-    except DataError as error:
-        fail(error)
+    kept = split_integer_answers(read_problems(source, fields, split=split, subset=subset), fields)
     write_jsonl(out, kept.kept)
     typer.echo(f"kept {len(kept.kept)}, dropped {len(kept.dropped)} non-integer answers -> {out}")
     for problem in kept.dropped[:5]:
@@ -83,15 +80,12 @@ def decontaminate(
     problem shorter than n words must match a whole short benchmark problem. Prints how many
     rows overlap each benchmark and writes the overlaps for inspection.
     """
-    from rstar2.data import (DataError, find_overlaps, load_benchmark, overlaps_per_benchmark, read_problems,
+    from rstar2.data import (find_overlaps, load_benchmark, overlaps_per_benchmark, read_problems,
                              split_specs, write_jsonl)
 
     fields = field_map(field)
-    try:
-        train = read_problems(source, fields, split=split, subset=subset)
-        benchmarks = [load_benchmark(spec, data_dir) for spec in split_specs(against)]
-    except DataError as error:
-        fail(error)
+    train = read_problems(source, fields, split=split, subset=subset)
+    benchmarks = [load_benchmark(spec, data_dir) for spec in split_specs(against)]
     overlaps = find_overlaps(train, benchmarks, n=ngram, min_shared=min_shared)
     flagged = {overlap.id for overlap in overlaps}
     kept = write_jsonl(out, (p.source_row(fields) for p in train if p.id not in flagged))
@@ -120,16 +114,13 @@ def difficulty_filter(
     k is the run's samples per problem, and every problem must have all k. The rows written are
     the training set's own, so OUT serves as a recipe's data.train or data.keep_ids.
     """
-    from rstar2.data import DataError, open_source, split_by_difficulty, write_jsonl
+    from rstar2.data import open_source, split_by_difficulty, write_jsonl
     from rstar2.data.problems import source_problems
 
     fields = field_map(field)
     samples = run if run.suffix == ".jsonl" else run / "samples.jsonl"
-    try:
-        data = open_source(source, split=split, subset=subset)
-        hard = split_by_difficulty(source_problems(data, fields), samples, bench or data.name)
-    except DataError as error:
-        fail(error)
+    data = open_source(source, split=split, subset=subset)
+    hard = split_by_difficulty(source_problems(data, fields), samples, bench or data.name)
     write_jsonl(out, (p.source_row(fields) for p in hard.kept))
     typer.echo(f"kept {len(hard.kept)} problems not solved {hard.k}/{hard.k}, "
                f"dropped {len(hard.dropped)} always solved -> {out}")
@@ -156,11 +147,7 @@ def sft_traces(
 
     Decontaminate the source against your benchmarks first (`rstar2 data decontaminate`).
     """
-    from rstar2.data import DataError
     from rstar2.sft.dataset import write_gsm8k_conversations
 
-    try:
-        built = write_gsm8k_conversations(source, out, limit, broken_share, seed, sandbox_workers)
-    except DataError as error:
-        fail(error)
+    built = write_gsm8k_conversations(source, out, limit, broken_share, seed, sandbox_workers)
     typer.echo(f"kept {len(built.traces)} conversations, dropped {dict(built.dropped) or 'none'} -> {out}")

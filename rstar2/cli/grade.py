@@ -42,17 +42,14 @@ def grade(
     by line number; the others are graded all the same (exit code 1 if any row was not
     graded). Prints the accuracy and how many checks hit the deadline.
     """
-    from rstar2.data import DataError, read_jsonl, write_jsonl
+    from rstar2.data import read_jsonl, write_jsonl
 
     if any_boxed or require_answer_tag:  # the old spellings still work, with a warning
         old, new = ("--any-boxed", "--no-answer-tag") if any_boxed else ("--require-answer-tag", "--answer-tag")
         typer.echo(f"warning: {old} is now called {new}; the old name will be removed", err=True)
         answer_tag = not any_boxed
     bad_lines: list[LineError] = []  # reported and written back as such; the rest are graded
-    try:
-        numbered_rows = list(read_jsonl(source, bad_lines=bad_lines))
-    except DataError as error:
-        fail(error)
+    numbered_rows = list(read_jsonl(source, bad_lines=bad_lines))
     if bad_lines and not numbered_rows:
         fail(f"{bad_lines[0]}; no line of {source} is a JSON object (is it JSON Lines?)")
     with Progress(transient=True) as progress:

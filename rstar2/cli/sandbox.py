@@ -6,7 +6,7 @@ import os
 
 import typer
 
-from rstar2.cli.app import command_group, fail
+from rstar2.cli.app import command_group
 from rstar2.cli.options import DrainTimeout, MaxRequestMb, ReadTimeout
 from rstar2.service import READ_TIMEOUT_S
 
@@ -41,7 +41,6 @@ def serve(
     imported), inside bubblewrap (no network, private PID/IPC/tmp, read-only system) with
     rlimits and a deadline that kills the call's whole process tree.
     """
-    from rstar2.sandbox.isolation import IsolationUnavailable
     from rstar2.sandbox.pool import PoolConfig
     from rstar2.sandbox.server import serve as serve_forever
     from rstar2.sandbox.worker.limits import WorkerLimits
@@ -59,7 +58,4 @@ def serve(
         drain_timeout_s=drain_timeout_s,
         read_timeout_s=read_timeout_s,
     )
-    try:
-        serve_forever(config, host=host)
-    except IsolationUnavailable as error:
-        fail(error)
+    serve_forever(config, host=host)

@@ -31,8 +31,6 @@ def view(
     links inside a run folder are not followed (left out with a warning). GET /health answers
     while it serves.
     """
-    from rstar2.view.runs import ViewError
-
     missing = [str(path) for path in run_dirs if not path.is_dir()]
     if missing:
         fail(f"no such folder: {', '.join(missing)}")
@@ -41,10 +39,7 @@ def view(
 
         if len(run_dirs) != 1:
             fail("--export writes one run; give exactly one RUN_DIR")
-        try:
-            out = export_html(run_dirs[0], export, step)
-        except ViewError as error:
-            fail(error)
+        out = export_html(run_dirs[0], export, step)
         typer.echo(f"wrote {out}")
         return
     from rstar2.service import run_service

@@ -187,9 +187,8 @@ class RolloutEngineConfig(Section):
     members: tuple[MemberSpec, ...] = ()
     """Engines of a rollout fleet (``docs/fleet.md``): empty samples from the one engine
     ``kind`` names; otherwise every rollout runs on one of these members (each with its own
-    copy of the weights, pushed after every update), chosen by ``scheduler``. Each member:
-    ``kind`` ('hf' | 'openai'), ``ray``, ``base_url``, ``kv_budget_tokens``,
-    ``max_batch_size``, ``threads``."""
+    copy of the weights, pushed after every update), chosen by ``scheduler``. Each member's
+    fields (its ``kind``, ``ray``, ``base_url`` ...) are ``engine.members[].*``, below."""
     scheduler: PolicyName = "adaptive"
     """How a fleet hands out trajectories (each normally stays on one member for all its
     turns): 'adaptive' (the default: admitted by the members' predicted peak KV, placed by
