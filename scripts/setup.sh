@@ -20,6 +20,14 @@ if ! command -v bwrap >/dev/null 2>&1; then
   fi
 fi
 
+# A C++ compiler: the embedded engine builds its fused CPU decode kernels with it (once, below);
+# without one it decodes with the model's own forward pass, more slowly.
+if ! command -v c++ >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "setup: installing g++ (builds the CPU decode kernels)" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null \
+    || echo "setup: g++ could not be installed; the engine will decode without its fused kernels" >&2
+fi
+
 # Debian's chromium, for the browser tests of `rstar2 view` (driven by Playwright, no browser
 # download); without root they skip and say why.
 if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -50,6 +58,14 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   "$VENV/bin/python" -c "import rstar2, fastapi, transformers, math_verify, playwright, ray, pyarrow, datasets" \
     && touch "$stamp"
 fi
+# The fused CPU decode kernels, built for this machine now rather than on the first run.
+"$VENV/bin/python" - <<'PY' >&2 || true
+from rstar2.engines.cpu_kernels import KernelsUnavailable, decode_kernels
+try:
+    decode_kernels()
+except KernelsUnavailable as error:
+    print(f"setup: {error}; the engine will decode without them")
+PY
 # The vLLM wheel the contract tests check rstar2 against, without its CUDA dependencies, and
 # the light packages its Python modules import (scripts/vllm-test-requirements.txt says which
 # install with --no-deps). A 336 MB download; its GPU kernels are never loaded here.

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import torch
 
-from rstar2.engines import slots
+from rstar2.engines import cpu_kernels, slots
 from rstar2.engines.bucketed import BucketedDecoder
 from rstar2.engines.hf.requests import Resident
+from rstar2.engines.hf.stack import DecodeStack
 from rstar2.engines.hf.table import SlotTable
 
 
@@ -21,13 +22,27 @@ class Compute:
     """The model's passes over the residents of ``table``."""
 
     def __init__(self, model, table: SlotTable, flat: bool, max_batch_size: int,
-                 prefill_tokens: int, cuda_graphs: bool):
+                 prefill_tokens: int, cuda_graphs: bool, decode_kernels: bool):
         self.model, self.table, self.flat = model, table, flat
         self.prefill_tokens = prefill_tokens
         self.device = model.device
         self.decoder = BucketedDecoder(self.forward, table.cache, self.device, max_batch_size,
                                        cuda_graphs) if flat else None
         self.no_mask = torch.zeros((1, 1, 1, 1), dtype=torch.bool, device=self.device)
+        self.stack: DecodeStack | None = None
+        self.decode_path = "the model's forward pass" + (" (flat attention)" if flat else "")
+        if not flat and decode_kernels:
+            why_not = DecodeStack.why_not(model)
+            if why_not is None:
+                self.stack = DecodeStack(model, cpu_kernels.decode_kernels())
+                self.decode_path = "fused CPU kernels"
+            else:
+                self.decode_path += f": no fused kernels ({why_not})"
+
+    def weights_changed(self) -> None:
+        """The model's weights may have changed: the fused step re-reads them."""
+        if self.stack is not None:
+            self.stack.refresh()
 
     def prefill(self, first: int, count: int) -> torch.Tensor:
         """Feed the pending tokens of residents ``first..first+count-1``, in passes of at most
@@ -49,10 +64,32 @@ class Compute:
     def decode(self) -> torch.Tensor:
         """The logits after one more token of every active sequence."""
         rows = self.table.active
+        if self.stack is not None:
+            return self.fused_decode(rows)
         if not self.flat:
             return self.feed(0, len(rows))
         logits = self.decoder.step([r.pending[0] for r in rows], [r.used for r in rows],
                                    [len(r.cached) for r in rows])
+        for r in rows:
+            r.cached.append(r.pending.pop())
+        return logits
+
+    def fused_decode(self, rows: list[Resident]) -> torch.Tensor:
+        """One decode step of ``rows`` (slots ``0..n-1``) through the fused kernels."""
+        write = [r.used for r in rows]
+        cache = self.table.cache
+        cache.reserve(len(self.table.residents), max(write) + 1)
+        blocks: list[slots.PrefixBlock] = []
+        index: dict[int, int] = {}  # id(block) -> its place in ``blocks``
+        row_block = []
+        for r in rows:
+            if r.block is not None and id(r.block) not in index:
+                index[id(r.block)] = len(blocks)
+                blocks.append(r.block)
+            row_block.append(-1 if r.block is None else index[id(r.block)])
+        logits = self.stack.step(torch.tensor([r.pending[0] for r in rows]),
+                                 torch.tensor([len(r.cached) for r in rows]), torch.tensor(write),
+                                 cache.k, cache.v, 0, blocks, torch.tensor(row_block))
         for r in rows:
             r.cached.append(r.pending.pop())
         return logits

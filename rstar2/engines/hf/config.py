@@ -37,5 +37,9 @@ class HFEngineConfig(BaseModel):
         "auto", description="'cascade': sequences read shared prefix blocks in place (CPU only); "
         "'flat': each slot holds a copy of its block and a decode step is one fixed-shape fused "
         "attention pass per layer (engines.bucketed); 'auto': cascade on CPU, flat on GPU.")
+    decode_kernels: bool = Field(True, description="On a CPU: decode with rstar2's fused C++ "
+                                 "kernels (built for this machine on first use; Llama, Qwen2 and "
+                                 "Qwen3 models), else with the model's own forward pass, which is "
+                                 "also what runs where the kernels cannot be built.")
     cuda_graphs: bool = Field(True, description="With flat attention on CUDA: replay decode "
                               "steps as CUDA graphs captured per batch and length bucket.")

@@ -51,7 +51,7 @@ class HFEngine:
                                 self.model.dtype, self.device, spare=int(flat))
         self.table = SlotTable(config, cache)
         self.compute = Compute(self.model, self.table, flat, config.max_batch_size,
-                               config.prefill_tokens, config.cuda_graphs)
+                               config.prefill_tokens, config.cuda_graphs, config.decode_kernels)
         self.kv = KVBudget(config.kv_budget_tokens or config.max_batch_size * self.max_length)
         self.eos_ids = frozenset(model_eos_ids(self.model, self.tokenizer))
         self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
@@ -123,6 +123,7 @@ class HFEngine:
             if self.table.n_active or self.queue:
                 raise RuntimeError("update_weights while requests are in flight")
             self.model.load_state_dict(state_dict, strict=False)
+            self.compute.weights_changed()
             self.weight_version = version
             self.drop_caches()
 
