@@ -104,7 +104,7 @@ def build() -> ModuleType:
     directory.mkdir(parents=True, exist_ok=True)
     fresh = not any(directory.glob("*.so"))
     if fresh:
-        print("rstar2: building the CPU decode kernels for this machine (once, under a minute)",
+        print("rstar2: building the CPU decode kernels for this machine (once)",
               file=sys.stderr, flush=True)
     try:
         return cpp_extension.load(name=f"rstar2_decode_{isa.lower()}", sources=[str(SOURCE)],

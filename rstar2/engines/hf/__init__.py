@@ -2,11 +2,12 @@
 
     from rstar2.engines.hf import HFEngine, HFEngineConfig
 
-A worker thread runs continuous batching: every step it admits waiting requests into free
-slots (prefilling only what is not already cached) and then decodes one token for every
-active sequence, so a rollout whose tool call just returned joins the very next step instead
-of waiting for the rest of its batch. The asyncio side only queues requests and awaits
-futures, so tool calls and HTTP traffic keep flowing while the model computes.
+Continuous batching: every step admits waiting requests into free slots (prefilling only what
+is not already cached) and then decodes one token for every active sequence, so a rollout
+whose tool call just returned joins the very next step instead of waiting for the rest of its
+batch. The steps run on the submitting event loop, one at a time with the loop free in between
+(``engine`` says why not on a thread of their own), so tool calls and HTTP traffic flow
+between steps.
 
 What is cached (see ``rstar2.engines.slots``):
 
@@ -29,7 +30,7 @@ sampling generator.
 The package, one part per module:
 
 * ``config``   -- ``HFEngineConfig``;
-* ``engine``   -- ``HFEngine``: the asyncio side, the worker thread and its step (admit, decode);
+* ``engine``   -- ``HFEngine``: the queue, the futures and the steps (admit, decode);
 * ``requests`` -- a request and a resident sequence, the records the parts share;
 * ``table``    -- admission and prefix blocks: which sequence sits in which slot, what is cached;
 * ``kv``       -- KV accounting: what admitted requests may come to hold, what they hold;

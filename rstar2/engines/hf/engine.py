@@ -1,8 +1,18 @@
-"""``HFEngine``: the asyncio side (queue, futures) and the worker thread whose every step
-admits waiting requests and decodes one token of every active sequence (the package
-docstring says what is cached and why). The parts it drives: the slot table
-(``table``), the KV budget (``kv``), the model's passes (``compute``) and the choice of the
-next tokens (``sampling``).
+"""``HFEngine``: the queue, the futures and the steps that serve them, each step admitting
+waiting requests and decoding one token of every active sequence (the package docstring says
+what is cached and why). The parts it drives: the slot table (``table``), the KV budget
+(``kv``), the model's passes (``compute``) and the choice of the next tokens (``sampling``).
+
+Steps run on the event loop of the code that submits work, one step at a time with the loop
+free in between: a task started by the first ``submit`` steps while anything is queued or
+decoding, then ends. Not on a thread of its own because PyTorch's CPU kernels use OpenMP,
+which gives every thread that runs a parallel region its own pool of helper threads, and a
+process holding more of them than it has cores makes libgomp stop spinning between regions:
+with the engine on one thread and the model loading, the learner and the trainer on another,
+every one of a decode step's hundreds of small regions waited on a sleeping thread
+(docs/benchmarks.md has the cost). On the caller's loop every model in the process
+computes on one thread, and the loop still serves tool calls, reward calls and HTTP requests
+between steps.
 """
 
 from __future__ import annotations
@@ -57,10 +67,10 @@ class HFEngine:
         self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
         self.weight_version: int | None = None  # stamped on every completion
         self.queue: collections.deque[Request] = collections.deque()
-        self.wake = threading.Condition()
-        self.step_lock = threading.Lock()
+        self.lock = threading.Lock()  # the queue, ``stepper`` and ``closing``
+        self.step_lock = threading.Lock()  # a step, a weight load or a shutdown at a time
         self.closing = False
-        self.worker: threading.Thread | None = None
+        self.stepper: asyncio.Task | None = None  # the task stepping, while there is work
         self.busy_s = 0.0
         self.generation_tokens = self.inter_tokens = 0  # decode counters, as vLLM's
         self.inter_token_seconds = 0.0
@@ -73,18 +83,18 @@ class HFEngine:
 
     def submit(self, prompts: Sequence[Sequence[int]], params: SamplingParams
                ) -> list[concurrent.futures.Future]:
-        """Queue prompts (all or none); each future resolves to its ``Completion``."""
+        """Queue prompts (all or none); each future resolves to its ``Completion``. Called
+        from a running event loop, on which the steps then run (module docstring)."""
         stops = self.eos_ids if params.stop_token_ids is None else frozenset(params.stop_token_ids)
         requests = [Request(self.checked(p), params, stops, concurrent.futures.Future(),
                             min(len(p) + params.max_tokens, self.max_length)) for p in prompts]
-        with self.wake:
+        loop = asyncio.get_running_loop()  # before queueing: without a loop, nothing is queued
+        with self.lock:
             if self.closing:
                 raise RuntimeError("engine is closed")
             self.queue.extend(requests)
-            if self.worker is None:
-                self.worker = threading.Thread(target=self.serve, name="hf-engine", daemon=True)
-                self.worker.start()
-            self.wake.notify()
+            if self.stepper is None or self.stepper.done():
+                self.stepper = loop.create_task(self.steps(), name="hf-engine steps")
         return [r.future for r in requests]
 
     def checked(self, prompt: Sequence[int]) -> list[int]:
@@ -106,7 +116,7 @@ class HFEngine:
         self.generator.manual_seed(seed)
 
     def load(self) -> EngineLoad:
-        """KV capacity and use, queue, busy time and decode counters, as the worker last left
+        """KV capacity and use, queue, busy time and decode counters, as the last step left
         them."""
         return EngineLoad(kv_capacity_tokens=self.kv.capacity, kv_used_tokens=self.kv.used,
                           kv_peak_tokens=self.kv.peak, running=self.table.n_active,
@@ -135,45 +145,53 @@ class HFEngine:
         self.shutdown()
 
     def shutdown(self) -> None:
-        with self.wake:
+        """Stop stepping and fail every queued and running request ('engine closed')."""
+        with self.lock:
             self.closing = True
-            self.wake.notify()
             waiting, self.queue = list(self.queue), collections.deque()
-        if self.worker is not None:
-            self.worker.join()
-        active = [r.request for r in self.table.active if r.request]
+        with self.step_lock:  # a step in progress on another thread finishes first
+            active = [r.request for r in self.table.active if r.request]
         for request in waiting + active:
             resolve(request.future, exception=RuntimeError("engine closed"))
 
-    # ----------------------------------------------------------------- worker thread
-    def serve(self) -> None:
-        while True:
-            with self.wake:
-                while not self.queue and not self.table.n_active and not self.closing:
-                    self.wake.wait()
-                if self.closing:
-                    break
-                admitted = self.kv.admissible(self.queue, self.table.n_active,
-                                              self.config.max_batch_size)
-            started = time.perf_counter()
-            decoded = 0
-            with self.step_lock:
-                try:
-                    with torch.inference_mode():
-                        if admitted:
-                            self.admit(admitted)
-                        if self.table.n_active:
-                            decoded = self.table.n_active
-                            self.accept(self.table.active, self.compute.decode())
-                except Exception as exc:  # fail the affected requests, keep serving
-                    self.fail_in_flight(exc, admitted)
-                self.kv.measure(self.table.active)
-            elapsed = time.perf_counter() - started
-            self.busy_s += elapsed
-            # each decoded token waited this whole iteration since its sequence's last one
-            self.generation_tokens += len(admitted) + decoded
-            self.inter_token_seconds += elapsed * decoded
-            self.inter_tokens += decoded
+    # ----------------------------------------------------------------- the steps
+    async def steps(self) -> None:
+        """Step while there is work, giving the loop its turn between steps."""
+        try:
+            while True:
+                with self.lock:
+                    if self.closing or not (self.queue or self.table.n_active):
+                        return
+                    admitted = self.kv.admissible(self.queue, self.table.n_active,
+                                                  self.config.max_batch_size)
+                self.step(admitted)
+                await asyncio.sleep(0)
+        finally:
+            with self.lock:
+                if self.stepper is asyncio.current_task():
+                    self.stepper = None
+
+    def step(self, admitted: list[Request]) -> None:
+        """Prefill ``admitted`` and decode one token of every active sequence."""
+        started = time.perf_counter()
+        decoded = 0
+        with self.step_lock:
+            try:
+                with torch.inference_mode():
+                    if admitted:
+                        self.admit(admitted)
+                    if self.table.n_active:
+                        decoded = self.table.n_active
+                        self.accept(self.table.active, self.compute.decode())
+            except Exception as exc:  # fail the affected requests, keep serving
+                self.fail_in_flight(exc, admitted)
+            self.kv.measure(self.table.active)
+        elapsed = time.perf_counter() - started
+        self.busy_s += elapsed
+        # each decoded token waited this whole step since its sequence's last one
+        self.generation_tokens += len(admitted) + decoded
+        self.inter_token_seconds += elapsed * decoded
+        self.inter_tokens += decoded
 
     def admit(self, requests: list[Request]) -> None:
         """Give each request a slot (``SlotTable.place``), prefill what is new, and sample its

@@ -20,7 +20,7 @@ class KVBudget:
     def __init__(self, capacity: int):
         self.capacity = capacity
         self.reserved = 0  # footprints of the admitted requests
-        self.used = self.peak = 0  # tokens held by active sequences (the worker's last step)
+        self.used = self.peak = 0  # tokens held by active sequences (the last step)
 
     def admissible(self, queue: collections.deque[Request], active: int, max_batch_size: int
                    ) -> list[Request]:
