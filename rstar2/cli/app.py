@@ -15,6 +15,7 @@ from typer.core import TyperCommand, TyperGroup
 
 import rstar2
 from rstar2.errors import Rstar2Error
+from rstar2.models.memory import keep_freed_memory
 
 
 class ReportsErrors:
@@ -95,6 +96,7 @@ def root(
 ) -> None:
     """Train and evaluate language models that reason with a Python tool (rStar2-Agent)."""
     import_from_working_directory()
+    keep_freed_memory()
 
 
 def import_from_working_directory() -> None:

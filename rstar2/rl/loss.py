@@ -24,8 +24,9 @@ against the engine's policy (``rstar2.rl.correction``; ``LossConfig.behaviour_co
 ``LossStats`` carries sums, so the trainer adds the stats of its micro-batches and reads
 clip fractions, entropy and KL as token means of the whole update.
 
-``token_logprobs`` and ``token_entropy`` compute what the loss consumes from logits, under the
-engines' convention (softmax of logits / temperature), so ρ is 1 when nothing has changed.
+What the loss consumes from logits (each token's log-prob, its entropy) comes from
+``rstar2.training.vocab``, under the engines' convention (softmax of logits / temperature), so
+ρ is 1 when nothing has changed.
 """
 
 from __future__ import annotations
@@ -157,15 +158,3 @@ def masked_k3(
         raise ValueError(f"kl_coef={kl_coef} needs the reference policy's log-probs")
     delta = torch.where(mask, ref_logprobs - logprobs, 0.0)
     return torch.where(mask, delta.exp() - delta - 1, 0.0)
-
-
-def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
-    """log softmax(logits / temperature) at ``targets``; ``logits`` ``[..., vocab]``."""
-    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
-    return logp.gather(-1, targets[..., None]).squeeze(-1)
-
-
-def token_entropy(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Entropy of softmax(logits / temperature) at every position."""
-    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
-    return -(logp.exp() * logp).sum(-1)

@@ -30,10 +30,11 @@ import numpy as np
 import torch
 
 from rstar2.rl.config import LossConfig
-from rstar2.rl.loss import Behaviour, LossStats, policy_loss, token_entropy, token_logprobs
+from rstar2.rl.loss import Behaviour, LossStats, policy_loss
 from rstar2.training.batch import TrainSequence, micro_batches
 from rstar2.training.packing import PackedRow, pack_row, packed_attention, trained_logits
 from rstar2.training.precision import autocast
+from rstar2.training.vocab import token_entropy, token_entropy_differentiable, token_logprobs
 
 
 @dataclass(frozen=True)
@@ -139,9 +140,8 @@ def row_behaviour(members: Sequence[TrainSequence], device: torch.device) -> Beh
 def batch_entropy(logits: torch.Tensor, settings: UpdateSettings) -> torch.Tensor:
     """Per-token entropy: only measured (no gradient) unless the loss has an entropy term."""
     if settings.loss.entropy_coef > 0:
-        return token_entropy(logits, settings.temperature)
-    with torch.no_grad():
-        return token_entropy(logits, settings.temperature)
+        return token_entropy_differentiable(logits, settings.temperature)
+    return token_entropy(logits, settings.temperature)
 
 
 @torch.no_grad()

@@ -43,6 +43,7 @@ from torch.nn.attention import SDPBackend
 
 from rstar2.models.device import module_device
 from rstar2.training.batch import TrainSequence, first_fit
+from rstar2.training.vocab import token_logprobs
 
 IGNORE = -100
 """Target of a position that predicts nothing trained (``F.cross_entropy``'s ignore index)."""
@@ -254,4 +255,4 @@ def packed_nll(model: torch.nn.Module, row: PackedRow, batched: bool | None = No
     """The summed negative log-likelihood of the trained tokens of ``row`` (inside
     ``packed_attention``)."""
     logits, targets = trained_logits(model, row, batched)
-    return torch.nn.functional.cross_entropy(logits.float(), targets, reduction="sum")
+    return -token_logprobs(logits, targets, 1.0).sum()

@@ -7,7 +7,8 @@ import torch
 
 from rstar2.rl.advantage import group_advantages
 from rstar2.rl.config import LossConfig
-from rstar2.rl.loss import LossStats, policy_loss, token_entropy, token_logprobs
+from rstar2.rl.loss import LossStats, policy_loss
+from rstar2.training.vocab import token_entropy, token_logprobs
 
 PAPER = LossConfig()  # clip_low 0.2, clip_high 0.28, no KL, no entropy
 

@@ -9,7 +9,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from rstar2.rl.config import LossConfig
-from rstar2.rl.loss import token_logprobs
+from rstar2.training.vocab import token_logprobs
 from rstar2.rl.update import UpdateSettings, policy_update, recompute_logprobs, with_current_logprobs
 from rstar2.training.batch import TrainSequence, micro_batches
 from rstar2.training.config import OptimizerConfig
