@@ -24,6 +24,7 @@ unreachable sandbox never becomes a tool response.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Sequence
 from typing import Any, Hashable, Literal
 
@@ -33,7 +34,7 @@ from rstar2.agent.prompt import ChatFormat, PromptConfig
 from rstar2.agent.toolcall import ParseError, ToolCall, clip_tokens, parse_tool_calls
 from rstar2.agent.tools import CodeRunner, PythonTool, ToolContext, ToolSet, ToolSpec, open_tools
 from rstar2.agent.trajectory import ToolCallRecord, Trajectory, Turn, last_answer
-from rstar2.engines.base import Engine, SamplerFloat, SamplingParams, run_trajectory
+from rstar2.engines.base import Completion, Engine, SamplerFloat, SamplingParams, run_trajectory
 from rstar2.engines.seeds import derive_seed
 from rstar2.section import Section
 
@@ -90,13 +91,31 @@ class ResponseBuilder:
         self.mask: list[int] = []
         self.logprobs: list[float] = []
         self.turns: list[Turn] = []
-        self.weight_versions: set[int] = set()  # of the weights each turn was sampled under
+        self.versions: list[int] = []  # the weights each token was sampled under; -1: not sampled
 
     def append(self, ids: Sequence[int], logprobs: Sequence[float] | None = None) -> None:
-        """Sampled tokens (with their log-probs) or, without log-probs, forced ones."""
+        """Forced tokens (tool responses, template text): no log-probs, no version."""
         self.ids.extend(ids)
-        self.mask.extend([0 if logprobs is None else 1] * len(ids))
-        self.logprobs.extend([0.0] * len(ids) if logprobs is None else logprobs)
+        self.mask.extend([0] * len(ids))
+        self.logprobs.extend([0.0] * len(ids))
+        self.versions.extend([-1] * len(ids))
+
+    def sampled(self, completion: Completion) -> None:
+        """The tokens of ``completion``, with their log-probs and the weights they came from."""
+        n = len(completion.token_ids)
+        self.ids.extend(completion.token_ids)
+        self.mask.extend([1] * n)
+        self.logprobs.extend(completion.logprobs)
+        version = -1 if completion.weight_version is None else completion.weight_version
+        self.versions.extend(completion.token_versions or [version] * n)
+
+    def weight_version(self) -> int | None:
+        """The oldest weights any token was sampled under."""
+        return min((v for v in self.versions if v >= 0), default=None)
+
+    def token_versions(self) -> list[int] | None:
+        """Each token's version where the sampled ones differ (``Trajectory.token_versions``)."""
+        return list(self.versions) if len({v for v in self.versions if v >= 0}) > 1 else None
 
     def close_turn(self, role: str) -> str:
         """End the current turn (everything since the last one) and return its text."""
@@ -188,24 +207,27 @@ class Agent:
             tool_calls=calls, num_assistant_turns=len(assistant),
             final_answer=last_answer("".join(t.text for t in assistant)),
             stop_reason=stop, temperature=cfg.temperature,
-            weight_version=min(response.weight_versions, default=None),
+            weight_version=response.weight_version(), token_versions=response.token_versions(),
         )
 
     async def generate_turn(self, engine: Engine, prompt_ids: list[int],
                             response: ResponseBuilder, seed: int | None = None) -> bool:
         """Sample the rest of the current assistant turn from the exact ids so far (with the
-        turn's ``seed``); False when the response budget ran out first."""
+        turn's ``seed``); False when the response budget ran out first. A completion the engine
+        aborted (new weights arriving, ``PausableEngine``) is continued from where it stopped,
+        as a new request with a seed of its own."""
         cfg = self.config
-        budget = cfg.max_response_tokens - len(response.ids)
-        if budget <= 0:
-            return False
-        params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=budget,
-                                seed=seed)
-        completion = (await engine.generate([prompt_ids + response.ids], params))[0]
-        response.append(completion.token_ids, completion.logprobs)
-        if completion.weight_version is not None:
-            response.weight_versions.add(completion.weight_version)
-        return completion.finish_reason != "length"
+        for part in itertools.count():
+            budget = cfg.max_response_tokens - len(response.ids)
+            if budget <= 0:
+                return False
+            part_seed = seed if seed is None or part == 0 else derive_seed(seed, part)
+            params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=budget,
+                                    seed=part_seed)
+            completion = (await engine.generate([prompt_ids + response.ids], params))[0]
+            response.sampled(completion)
+            if completion.finish_reason != "abort":
+                return completion.finish_reason != "length"
 
     async def execute(self, parsed: list[ToolCall | ParseError], turn: int
                       ) -> list[ToolCallRecord]:

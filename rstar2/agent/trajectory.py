@@ -79,6 +79,11 @@ class Trajectory(BaseModel):
     weight_version: int | None = Field(
         None, description="The oldest weight version (learner step) any of its turns was "
         "sampled under (engines stamp each completion); None where the engine does not say.")
+    token_versions: list[int] | None = Field(
+        None, description="Where its tokens were sampled under more than one weight version "
+        "(asynchronous training: a turn after a weight push, or one continued across it), the "
+        "version of each response token, -1 for tokens not sampled; None where every sampled "
+        "token has ``weight_version``.")
 
     @property
     def truncated(self) -> bool:

@@ -103,7 +103,12 @@ class Completion(BaseModel):
     weight_version: int | None = Field(
         None, description="The weights it was sampled under: the version last handed to the "
         "engine's update_weights (the trainer passes the learner step whose weights they are); "
-        "None where no versioned weights were ever loaded.")
+        "None where no versioned weights were ever loaded. Where new weights arrived while it "
+        "was generating (``PausableEngine``), the oldest of them.")
+    token_versions: list[int] | None = Field(
+        None, description="The weight version each token was sampled under, where the engine "
+        "took new weights while this completion was generating (a 'keep' pause); None when "
+        "every token has ``weight_version``.")
 
 
 @runtime_checkable
@@ -141,6 +146,30 @@ class TrainableEngine(Engine, Protocol):
         cached key/value the old weights computed; every completion sampled after carries
         ``version`` (``Completion.weight_version``), so a skipped sync shows. Called with no
         request in flight."""
+        ...
+
+
+PauseMode = Literal["keep", "abort"]
+
+
+@runtime_checkable
+class PausableEngine(TrainableEngine, Protocol):
+    """A trainable engine that takes new weights while requests are in flight, as vLLM's
+    ``pause_generation`` / ``resume_generation`` do: what asynchronous training pushes its
+    weights through (``rl.asynchronous``)."""
+
+    async def pause(self, mode: PauseMode) -> None:
+        """Stop generating until ``resume``; ``update_weights`` may then be called with requests
+        in flight. 'keep': running requests wait with their keys and values and go on under the
+        weights loaded by then (each token stamped with the version that sampled it; the keys
+        already cached stay as the old weights computed them); 'abort': running requests end
+        now with finish_reason 'abort' and the tokens sampled so far (a caller continues them
+        as a new request, prefilled afresh). Queued requests wait either way; a cached prefix
+        no running request reads is dropped with the old weights."""
+        ...
+
+    async def resume(self) -> None:
+        """Generate again."""
         ...
 
 

@@ -37,6 +37,7 @@ from typing import Hashable
 from rstar2.engines.base import (
     Completion,
     EngineLoad,
+    PauseMode,
     SamplingParams,
     TrajectoryLost,
     run_trajectory,
@@ -162,14 +163,26 @@ class Fleet:
         """Every live member loads the weights (stamped ``version``), all at once; they are
         kept (as references, no copy) for a member that is replaced before the next push."""
         self.last_weights, self.last_version = state_dict, version
+        # a member lost here is replaced, and given ``last_weights``
+        await self.on_live_members(lambda member: member.update_weights(state_dict, version))
+
+    async def pause(self, mode: PauseMode) -> None:
+        """Every live member stops generating (``base.PausableEngine``); one that died
+        meanwhile is lost here, as at any call."""
+        await self.on_live_members(lambda member: member.pause(mode))
+
+    async def resume(self) -> None:
+        await self.on_live_members(lambda member: member.resume())
+
+    async def on_live_members(self, call: Callable[[Member], Awaitable[None]]) -> None:
+        """``call`` on every live member at once; a member down is lost (and replaced in the
+        background where it can be), any other failure raised."""
         await self.ready()
         alive = [i for i, books in enumerate(self.scheduler.members) if books.alive]
-        results = await asyncio.gather(*(self.members[i].update_weights(state_dict, version)
-                                         for i in alive),
-                                       return_exceptions=True)
+        results = await asyncio.gather(*(call(self.members[i]) for i in alive), return_exceptions=True)
         for index, result in zip(alive, results):
             if isinstance(result, MemberDown):
-                self.lose(index)  # its replacement gets ``last_weights``
+                self.lose(index)
             elif isinstance(result, BaseException):
                 raise result
 

@@ -20,7 +20,15 @@ from typing import Protocol
 
 import httpx
 
-from rstar2.engines.base import Completion, Engine, EngineError, EngineLoad, SamplingParams
+from rstar2.engines.base import (
+    Completion,
+    Engine,
+    EngineError,
+    EngineLoad,
+    PausableEngine,
+    PauseMode,
+    SamplingParams,
+)
 from rstar2.engines.openai import OpenAIEngine
 from rstar2.engines.vllm_metrics import parse_vllm_metrics
 from rstar2.errors import Rstar2Error
@@ -42,6 +50,12 @@ class Member(Protocol):
     async def load(self) -> EngineLoad: ...
 
     async def update_weights(self, state_dict: Mapping, version: int | None = None) -> None: ...
+
+    async def pause(self, mode: PauseMode) -> None:
+        """As ``engines.base.PausableEngine.pause``; ``EngineError`` where this kind cannot."""
+        ...
+
+    async def resume(self) -> None: ...
 
     def reseed(self, seed: int) -> None: ...
 
@@ -72,6 +86,14 @@ class LocalMember:
 
     async def update_weights(self, state_dict: Mapping, version: int | None = None) -> None:
         await self.engine.update_weights(state_dict, version)
+
+    async def pause(self, mode: PauseMode) -> None:
+        if not isinstance(self.engine, PausableEngine):
+            raise EngineError(f"{self.name}: {type(self.engine).__name__} cannot take weights while generating")
+        await self.engine.pause(mode)
+
+    async def resume(self) -> None:
+        await self.engine.resume()
 
     def reseed(self, seed: int) -> None:
         self.engine.reseed(seed)
@@ -147,6 +169,13 @@ class HTTPMember:
         if response.status_code >= 400:
             raise EngineError(f"{self.name} {route}: {response.status_code} {response.text[:300]}")
         return response.json()
+
+    async def pause(self, mode: PauseMode) -> None:
+        raise EngineError(f"{self.name}: a server member cannot take weights while generating "
+                          "(asynchronous training needs 'hf' members, in this process or in Ray actors)")
+
+    async def resume(self) -> None:
+        """Nothing was paused."""
 
     def reseed(self, seed: int) -> None:
         """Servers keep their own randomness."""

@@ -44,6 +44,12 @@ class EngineActor:
     async def update_weights(self, state_dict: Mapping, version: int | None = None) -> None:
         await self.engine.update_weights(state_dict, version)
 
+    async def pause(self, mode: str) -> None:
+        await self.engine.pause(mode)
+
+    async def resume(self) -> None:
+        await self.engine.resume()
+
     def reseed(self, seed: int) -> None:
         self.engine.reseed(seed)
 
@@ -107,6 +113,12 @@ class RayMember:
 
     async def update_weights(self, state_dict: Mapping, version: int | None = None) -> None:
         await self.call("update_weights", dict(state_dict), version)
+
+    async def pause(self, mode: str) -> None:
+        await self.call("pause", mode)
+
+    async def resume(self) -> None:
+        await self.call("resume")
 
     def reseed(self, seed: int) -> None:
         self.actor.reseed.remote(seed)

@@ -77,6 +77,30 @@ class LossConfig(Section):
     """C above: the largest weight 'truncate' lets through, the edge of 'mask''s [1/C, C]."""
 
 
+class AsyncConfig(Section):
+    enabled: bool = False
+    """Sample ahead while the learner trains (docs/async.md): the engine keeps generating the
+    next steps' groups instead of idling through every update, and the update stops waiting for
+    a step's slowest rollouts once later steps have work to do. Off: every step samples its
+    groups, then learns from them (the report's synchronous loop)."""
+    max_staleness: int = Field(1, ge=0)
+    """k: the update that makes version v+1 learns from groups whose rollouts started under
+    version v - k or later. Groups are started no earlier than that allows (admission, so slow,
+    hard problems are never dropped for going stale) and used in the order they were drawn.
+    0 is on-policy: the synchronous run."""
+    in_flight: Literal["keep", "abort"] = "keep"
+    """What a weight push does to rollouts still generating. 'keep': their turns go on under the
+    new weights, the keys and values already cached left as the old weights computed them
+    (cheapest; each token records the version that sampled it). 'abort': their turns stop and
+    are continued as new requests, prefilled afresh under the new weights (costs one prefill
+    of each running rollout per push). Either way the loss corrects each token against the
+    policy that sampled it."""
+    learner_threads: int | None = Field(None, ge=1)
+    """CPU threads the update uses while the engine samples beside it, the engine keeping the
+    others; None: half of the process's threads (at least one). Two pools of threads on the
+    same cores would each wait on the other (``rstar2.engines.hf.engine``)."""
+
+
 class InitConfig(Section):
     checkpoint: str | None = None
     """Start from this checkpoint (a ``step_*`` directory, or a run's checkpoint directory whose
@@ -123,6 +147,8 @@ class RLConfig(Section):
     """AdamW and its schedule."""
     init: InitConfig = InitConfig()
     """Where the policy starts (stage continuation)."""
+    asynchronous: AsyncConfig = AsyncConfig()
+    """Sampling and learning overlapped, with bounded staleness (off by default)."""
 
     @field_validator("reward")
     @classmethod

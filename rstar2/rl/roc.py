@@ -53,7 +53,7 @@ import numpy as np
 
 from rstar2.agent.trajectory import ANSWER_PATTERN, Trajectory
 
-DropReason = Literal["uniform_rewards", "uniform_after_selection", "small_group"]
+DropReason = Literal["uniform_rewards", "uniform_after_selection", "small_group", "stale"]
 TOOL_RESPONSE_PATTERN = re.compile(r"<tool_response>.*?</tool_response>", re.DOTALL)
 
 
@@ -293,6 +293,7 @@ def decision_counts(decisions: Sequence[GroupDecision]) -> dict[str, float]:
         "roc/dropped_uniform_rewards": float(reasons["uniform_rewards"]),
         "roc/dropped_uniform_after_selection": float(reasons["uniform_after_selection"]),
         "roc/dropped_small_group": float(reasons["small_group"]),
+        "roc/dropped_stale": float(reasons["stale"]),
         "roc/dropped_share": dropped / len(decisions) if decisions else 0.0,
     }
 

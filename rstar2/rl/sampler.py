@@ -65,7 +65,7 @@ class Sampler:
     async def sample(self, problems: Sequence[Problem], seed: int) -> SampledBatch:
         """``rollouts_per_prompt`` graded rollouts of each problem, sampled with ``seed``."""
         self.engine.reseed(seed)
-        self.tools.reset()
+        tools_busy = self.tools.busy_s
         started = time.perf_counter()
         last_rollout_end = started
 
@@ -83,6 +83,6 @@ class Sampler:
         n = self.rollouts_per_prompt
         groups = await asyncio.gather(*(asyncio.gather(*(one(p, derive_seed(seed, i, k)) for k in range(n)))
                                         for i, p in enumerate(problems)))
-        timings = {"rollout": last_rollout_end - started, "tools": self.tools.busy_s,
+        timings = {"rollout": last_rollout_end - started, "tools": self.tools.busy_s - tools_busy,
                    "reward": time.perf_counter() - last_rollout_end}
         return SampledBatch([list(group) for group in groups], timings)

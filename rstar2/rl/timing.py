@@ -3,7 +3,10 @@ generate, so their time is measured as the wall time during which at least one c
 flight, not as a sum over calls (which would exceed the step itself at high concurrency).
 
     tools = TimedRunner(sandbox_client)      # what the agent calls instead of the client
-    tools.reset(); ...rollouts...; tools.busy_s
+    before = tools.busy_s; ...rollouts...; tools.busy_s - before
+
+``busy_s`` only grows, so batches sampled side by side (asynchronous training) each read the
+sandbox's busy time over their own span.
 """
 
 from __future__ import annotations
@@ -21,9 +24,6 @@ class TimedRunner:
         self.runner = runner
         self.in_flight = 0
         self.busy_since = 0.0
-        self.busy_s = 0.0
-
-    def reset(self) -> None:
         self.busy_s = 0.0
 
     async def run(self, code: str, stdin: str = "", timeout_s: float | None = None) -> RunResult:

@@ -41,7 +41,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -52,11 +52,12 @@ from rstar2.reward import Score
 from rstar2.rl.advantage import GroupAlgorithm, group_algorithm
 from rstar2.rl.config import RLConfig
 from rstar2.rl.learner import Learner
+from rstar2.rl.loss import LossStats
 from rstar2.rl.metrics import step_metrics, weight_version_metrics
 from rstar2.rl.prompt_order import PromptOrder
 from rstar2.rl.roc import GroupDecision
 from rstar2.rl.rollout import Rollout
-from rstar2.rl.sampler import Sampler
+from rstar2.rl.sampler import SampledBatch, Sampler
 from rstar2.rl.silence import SilenceWatch
 from rstar2.rl.validation import Validator
 from rstar2.training.batch import TrainSequence
@@ -123,16 +124,17 @@ class Trainer:
             await self.learner.push_weights(self.completed_steps)
             if self.completed_steps == 0 and self.validator is not None:
                 log.step(0, await self.validate())  # a resumed run logged its own
-            while self.completed_steps < self.config.rl.steps and not watch.reached():
-                metrics, rows, trained, scores = await self.train_step(self.completed_steps)
-                self.completed_steps += 1
-                watch.record(trained, scores)
-                if self.validator is not None and self.validator.due(self.completed_steps, self.config.rl.steps):
-                    metrics.update(await self.validate())
-                log.rollouts(self.completed_steps, rows)
-                log.step(self.completed_steps, metrics)  # before the checkpoint: a resume
-                self.save_if_due(force=watch.reached())  # from the previous one drops this line
-                history.append(metrics)
+            async with self.batches() as batches:
+                while self.completed_steps < self.config.rl.steps and not watch.reached():
+                    metrics, rows, trained, scores = await self.train_step(self.completed_steps, batches)
+                    self.completed_steps += 1
+                    watch.record(trained, scores)
+                    if self.validator is not None and self.validator.due(self.completed_steps, self.config.rl.steps):
+                        metrics.update(await self.validate())
+                    log.rollouts(self.completed_steps, rows)
+                    log.step(self.completed_steps, metrics)  # before the checkpoint: a resume
+                    self.save_if_due(batches, force=watch.reached())  # from the previous one drops this line
+                    history.append(metrics)
         finally:
             log.close()
             self.learner.wait_saved()
@@ -141,11 +143,23 @@ class Trainer:
                                 self.config.rl.reward)
         return history
 
+    def batches(self) -> StepBatches:
+        """Where the steps' batches come from: sampled in the step (``InStep``), or ahead of
+        the learner (``rl.asynchronous``: ``rstar2.rl.asynchronous.SampledAhead``)."""
+        if not self.config.rl.asynchronous.enabled:
+            return InStep(self)
+        from rstar2.rl.asynchronous import SampledAhead
+
+        return SampledAhead(self)
+
     async def validate(self) -> dict[str, float]:
         """The validator's probe of the weights the engine holds, which are then pushed again
-        (the same version) so that nothing the probe left cached reaches the next step."""
+        (the same version) so that nothing the probe left cached reaches the next step; an
+        asynchronous run, whose next batches are already sampling beside the probe, keeps its
+        caches (every rollout draws from its own seeded stream either way)."""
         metrics = await self.validator()
-        await self.learner.push_weights(self.completed_steps)
+        if not self.config.rl.asynchronous.enabled:
+            await self.learner.push_weights(self.completed_steps)
         return metrics
 
     def silent_steps_limit(self) -> int:
@@ -153,24 +167,31 @@ class Trainer:
         rl = self.config.rl
         return rl.max_silent_steps or max(-(-len(self.problems) // rl.prompts_per_step), 3)
 
-    async def train_step(self, step: int) -> tuple[dict, list[dict], bool, list[Score]]:
+    def draw(self, step: int) -> tuple[list[Problem], int]:
+        """The problems of ``step``'s batch (the next in the prompt order) and the seed they
+        are sampled with."""
+        indices = self.order.next_batch(self.config.rl.prompts_per_step)
+        return [self.problems[i] for i in indices], derive_seed(self.config.seed, step)
+
+    async def train_step(self, step: int, batches: StepBatches) -> tuple[dict, list[dict], bool, list[Score]]:
         """One rollout step (module docstring); returns its metrics, its rollout log rows,
         whether an update ran (False when RoC dropped every group) and its reward calls."""
         started = time.perf_counter()
-        problems = [self.problems[i] for i in self.order.next_batch(self.config.rl.prompts_per_step)]
-        batch = await self.sampler.sample(problems, derive_seed(self.config.seed, step))
+        problems, batch = await batches.batch(step)
         rng = np.random.default_rng([self.config.seed, step])
         decisions = [self.algorithm.select([r.facts for r in group], rng) for group in batch.groups]
+        decisions = batches.within_bound(step, batch.groups, decisions)
         lr = self.learner.learning_rate()
         update_started = time.perf_counter()
         sequences = training_sequences(batch.groups, decisions, self.algorithm)
-        stats, grad_norm = self.learner.learn(sequences)
-        await self.learner.push_weights(step + 1)
+        stats, grad_norm = await batches.learn(sequences)
+        await batches.push(step + 1)
         timings = {**batch.timings, "update": time.perf_counter() - update_started,
                    "step": time.perf_counter() - started}
         metrics = step_metrics(batch.groups, decisions, stats, grad_norm, lr, timings)
         metrics.update(self.learner.measured)
         metrics.update(weight_version_metrics([r for g in batch.groups for r in g], step))
+        metrics.update(batches.metrics(step, kept_rollouts(batch.groups, decisions)))
         scores = [r.score for g in batch.groups for r in g if r.score is not None]
         self.report_reward_failures(step + 1, scores)
         shown = self.config.logging.rollouts_per_step
@@ -185,12 +206,84 @@ class Trainer:
             self.console.print(f"[yellow]step {step}: {len(failed)} of {len(scores)} reward calls failed and "
                                f"scored 0; the first: {failed[0].failure}: {failed[0].message}[/]")
 
-    def save_if_due(self, force: bool = False) -> None:
+    def save_if_due(self, batches: StepBatches, force: bool = False) -> None:
         step = self.completed_steps
         since_last = time.monotonic() - self.last_checkpoint_at
         if force or self.config.checkpoint.due(step, self.config.rl.steps, since_last):
-            self.learner.save(step, self.order.position())
+            self.learner.save(step, batches.position(step))
             self.last_checkpoint_at = time.monotonic()
+
+
+class StepBatches(Protocol):
+    """Where each step's sampled batch comes from, and how its update reaches the engine:
+    ``InStep`` (the synchronous loop) or ``rstar2.rl.asynchronous.SampledAhead``. An async
+    context: entered before the first step, left after the last (or a failure)."""
+
+    async def __aenter__(self) -> StepBatches: ...
+
+    async def __aexit__(self, *exc_info) -> None: ...
+
+    async def batch(self, step: int) -> tuple[list[Problem], SampledBatch]:
+        """The problems of ``step`` and their graded groups."""
+        ...
+
+    def within_bound(self, step: int, groups: Sequence[Sequence[Rollout]],
+                     decisions: list[GroupDecision]) -> list[GroupDecision]:
+        """``decisions``, with a group that may not train at ``step`` dropped."""
+        ...
+
+    async def learn(self, sequences: list[TrainSequence]) -> tuple[LossStats | None, float | None]:
+        """The step's update (``Learner.learn``)."""
+        ...
+
+    async def push(self, version: int) -> None:
+        """The updated weights, as ``version``, to the engine."""
+        ...
+
+    def position(self, next_step: int) -> dict[str, int]:
+        """The prompt order's position a run resumed before ``next_step`` draws from."""
+        ...
+
+    def metrics(self, step: int, kept: Sequence[Rollout]) -> dict[str, float]:
+        """This way of sampling's own numbers for ``step`` (``kept``: the rollouts trained on)."""
+        ...
+
+
+class InStep:
+    """Each step samples its batch, then learns from it and pushes, one after the other."""
+
+    def __init__(self, trainer: Trainer):
+        self.trainer = trainer
+
+    async def __aenter__(self) -> InStep:
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        pass
+
+    async def batch(self, step: int) -> tuple[list[Problem], SampledBatch]:
+        problems, seed = self.trainer.draw(step)
+        return problems, await self.trainer.sampler.sample(problems, seed)
+
+    def within_bound(self, step, groups, decisions):
+        return decisions
+
+    async def learn(self, sequences):
+        return self.trainer.learner.learn(sequences)
+
+    async def push(self, version: int) -> None:
+        await self.trainer.learner.push_weights(version)
+
+    def position(self, next_step: int) -> dict[str, int]:
+        return self.trainer.order.position()
+
+    def metrics(self, step, kept):
+        return {}
+
+
+def kept_rollouts(groups: Sequence[Sequence[Rollout]], decisions: Sequence[GroupDecision]) -> list[Rollout]:
+    """The rollouts RoC kept, over the groups it used."""
+    return [group[i] for group, decision in zip(groups, decisions) for i in decision.kept]
 
 
 def training_sequences(groups: Sequence[Sequence[Rollout]], decisions: Sequence[GroupDecision],

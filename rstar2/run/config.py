@@ -147,4 +147,13 @@ class RunConfig(Section):
             raise ValueError("engine: engine.dtype needs full fine-tuning: LoRA adapters "
                              "(model.lora) live in the trainer's model, which the engine must "
                              "then share (leave engine.dtype null)")
+        if self.rl.asynchronous.enabled and self.engine.kind == "hf" and not self.engine.members \
+                and self.engine.dtype is None:
+            raise ValueError("rl.asynchronous: the engine keeps sampling while the learner updates, "
+                             "so it needs its own copy of the weights: set engine.dtype ('auto' "
+                             "picks the faster dtype for this machine)")
+        if self.rl.asynchronous.enabled and self.model.lora is not None:
+            raise ValueError("rl.asynchronous needs full fine-tuning: LoRA adapters (model.lora) "
+                             "live in the trainer's model, which an engine sampling beside the "
+                             "update cannot share")
         return self

@@ -84,7 +84,9 @@ def resolve_auto_dtypes(config: RunConfig) -> tuple[RunConfig, str]:
         notes.append(compute.note("training compute dtype"))
     if chosen is not None:
         same_copy = chosen.dtype == config.model.dtype and engine_device == device and not engine.members
-        colocated = same_copy or config.model.lora is not None  # adapters: the engine shares the model
+        # adapters: the engine shares the model; asynchronous: the engine samples beside the
+        # update, so it keeps a copy of its own
+        colocated = (same_copy or config.model.lora is not None) and not config.rl.asynchronous.enabled
         engine = engine.model_copy(update={"dtype": None if colocated else chosen.dtype})
         notes.append(chosen.note("engine dtype" + (" (samples from the policy itself)" if colocated else "")))
     return config.model_copy(update={"model": model, "engine": engine}), "; ".join(notes)

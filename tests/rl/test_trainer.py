@@ -212,3 +212,27 @@ def test_the_silent_step_limit_follows_the_problems_per_pass_or_the_setting(tmp_
     assert limit(50, max_silent_steps=1) == 1
     with pytest.raises(ConfigError, match="max_silent_steps"):
         make_config(tmp_path, rl_data, max_silent_steps=0)
+
+
+def test_asynchronous_at_staleness_zero_samples_the_synchronous_first_step(tmp_path, rl_data, sandbox_url):
+    """k = 0: the same batch, seeds, weights and engine state as the synchronous loop, so the
+    same rollouts and the same RoC verdicts (the engine holds its own float32 copy in both)."""
+    logged = {}
+    for mode in ("sync", "async"):
+        config = make_config(tmp_path / mode, rl_data, steps=1, prompts_per_step=1, group_size=2, max_tokens=24,
+                             asynchronous={"enabled": mode == "async", "max_staleness": 0})
+        model = load_policy(config.model)
+        engine = HFEngine(HFEngineConfig(dtype="float32", max_batch_size=4))
+        try:
+            asyncio.run(train(config, model, engine, sandbox_url))
+        finally:
+            engine.shutdown()
+        rows = [json.loads(line) for line in (config.run_dir / "rollouts" / "step_1.jsonl").open()]
+        logged[mode] = ([(r["response"], r["token_logprobs"], r["kept"], r["group_dropped"]) for r in rows],
+                        read_metrics(config.run_dir)[-1])
+    assert logged["async"][0] == logged["sync"][0]
+    (_, sync), (_, ahead) = logged["sync"], logged["async"]
+    assert "async/wait_s" in ahead and "async/wait_s" not in sync
+    assert ahead.get("async/staleness_max", 0) == 0
+    for key in ("reward/accuracy", "roc/dropped_share", "response/length_mean"):
+        assert ahead[key] == sync[key]

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from rstar2.engines import slots
-from rstar2.engines.base import Completion, EngineLoad, SamplingParams
+from rstar2.engines.base import Completion, EngineLoad, PauseMode, SamplingParams
 from rstar2.engines.hf.compute import Compute
 from rstar2.engines.hf.config import HFEngineConfig
 from rstar2.engines.hf.kv import KVBudget
@@ -71,6 +71,7 @@ class HFEngine:
         self.step_lock = threading.Lock()  # a step, a weight load or a shutdown at a time
         self.closing = False
         self.stepper: asyncio.Task | None = None  # the task stepping, while there is work
+        self.paused: PauseMode | None = None  # ``pause``'s mode until ``resume``
         self.busy_s = 0.0
         self.generation_tokens = self.inter_tokens = 0  # decode counters, as vLLM's
         self.inter_token_seconds = 0.0
@@ -93,9 +94,13 @@ class HFEngine:
             if self.closing:
                 raise RuntimeError("engine is closed")
             self.queue.extend(requests)
-            if self.stepper is None or self.stepper.done():
-                self.stepper = loop.create_task(self.steps(), name="hf-engine steps")
+            self.start_stepping(loop)
         return [r.future for r in requests]
+
+    def start_stepping(self, loop: asyncio.AbstractEventLoop) -> None:
+        """A stepping task on ``loop`` unless one runs or the engine is paused (under ``lock``)."""
+        if self.paused is None and (self.stepper is None or self.stepper.done()):
+            self.stepper = loop.create_task(self.steps(), name="hf-engine steps")
 
     def checked(self, prompt: Sequence[int]) -> list[int]:
         prompt = [int(t) for t in prompt]
@@ -127,15 +132,38 @@ class HFEngine:
 
     async def update_weights(self, state_dict: Mapping[str, torch.Tensor],
                              version: int | None = None) -> None:
-        """Load new weights (e.g. after an RL step), stamped ``version``, and drop all cached
-        keys/values."""
+        """Load new weights (e.g. after an RL step), stamped ``version``, and drop the cached
+        keys/values no running sequence reads: all of them, unless paused with 'keep'
+        (``pause``), when the running sequences keep theirs."""
         with self.step_lock:
-            if self.table.n_active or self.queue:
-                raise RuntimeError("update_weights while requests are in flight")
+            if self.paused is None and (self.table.n_active or self.queue):
+                raise RuntimeError("update_weights while requests are in flight (pause first)")
             self.model.load_state_dict(state_dict, strict=False)
             self.compute.weights_changed()
             self.weight_version = version
-            self.drop_caches()
+            if self.table.n_active:
+                self.table.drop_parked()
+            else:
+                self.drop_caches()
+
+    async def pause(self, mode: PauseMode) -> None:
+        """Stop stepping until ``resume`` (``engines.base.PausableEngine``): 'keep' leaves the
+        running sequences where they are; 'abort' ends them now ('abort', with the tokens
+        sampled so far) and forgets every cached key/value."""
+        with self.step_lock:  # between two steps
+            self.paused = mode
+            if mode == "abort":
+                for r in self.table.active:
+                    self.kv.release(r.request)
+                    resolve(r.request.future, r.completion("abort"))
+                self.table.drop()
+                self.kv.measure([])
+
+    async def resume(self) -> None:
+        with self.lock:
+            self.paused = None
+            if self.queue or self.table.n_active:
+                self.start_stepping(asyncio.get_running_loop())
 
     def drop_caches(self) -> None:
         """Forget every cached key/value: parked sequences and shared blocks."""
@@ -160,7 +188,7 @@ class HFEngine:
         try:
             while True:
                 with self.lock:
-                    if self.closing or not (self.queue or self.table.n_active):
+                    if self.closing or self.paused or not (self.queue or self.table.n_active):
                         return
                     admitted = self.kv.admissible(self.queue, self.table.n_active,
                                                   self.config.max_batch_size)
@@ -211,6 +239,7 @@ class HFEngine:
         for r, (token, logprob) in zip(rows, draw(rows, logits, self.generator)):
             r.out_ids.append(token)
             r.out_logprobs.append(logprob)
+            r.out_versions.append(self.weight_version)
             r.pending = [token]
             reason = finish_reason(r, self.tokenizer, self.max_length)
             if reason or r.request.future.cancelled():
@@ -225,9 +254,7 @@ class HFEngine:
         self.kv.release(request)
         self.table.park(r)
         if reason:
-            resolve(request.future, Completion(
-                token_ids=r.out_ids, logprobs=r.out_logprobs, finish_reason=reason,
-                weight_version=self.weight_version))
+            resolve(request.future, r.completion(reason))
 
     def fail_in_flight(self, exc: Exception, admitted: list[Request]) -> None:
         in_flight = admitted + [r.request for r in self.table.active if r.request]

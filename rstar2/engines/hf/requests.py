@@ -6,7 +6,7 @@ import concurrent.futures
 from dataclasses import dataclass, field
 
 from rstar2.engines import slots
-from rstar2.engines.base import SamplingParams
+from rstar2.engines.base import Completion, SamplingParams
 
 
 @dataclass(eq=False)
@@ -28,6 +28,7 @@ class Resident:
     request: Request | None = None
     out_ids: list[int] = field(default_factory=list)
     out_logprobs: list[float] = field(default_factory=list)
+    out_versions: list[int | None] = field(default_factory=list)  # the weights each was sampled under
     last_used: int = 0
 
     @property
@@ -38,7 +39,17 @@ class Resident:
     def start(self, request: Request) -> None:
         self.request = request
         self.pending = request.prompt[len(self.cached):]
-        self.out_ids, self.out_logprobs = [], []
+        self.out_ids, self.out_logprobs, self.out_versions = [], [], []
+
+    def completion(self, finish_reason: str) -> Completion:
+        """What it generated, stamped with the weights that sampled it: one version, or where
+        new weights arrived meanwhile, the oldest and every token's own."""
+        versions = set(self.out_versions)
+        known = [v for v in versions if v is not None]
+        return Completion(token_ids=self.out_ids, logprobs=self.out_logprobs,
+                          finish_reason=finish_reason, weight_version=min(known, default=None),
+                          token_versions=([-1 if v is None else v for v in self.out_versions]
+                                          if len(versions) > 1 else None))
 
 
 def resolve(future: concurrent.futures.Future, result=None, exception=None) -> None:

@@ -63,6 +63,12 @@ class SlotTable:
         self.blocks.clear()
         self.cache.clear()
 
+    def drop_parked(self) -> None:
+        """Forget the parked sequences and the shared blocks (new weights): the active
+        sequences keep their slots, and the blocks they read, until they finish."""
+        self.residents = self.residents[: self.n_active]
+        self.blocks.clear()
+
     def place(self, requests: list[Request], compute_block: ComputeBlock) -> Placed:
         """Give each request a slot, resuming a parked sequence it extends or reading the
         longest cached block (computing a block their prompts share first)."""
