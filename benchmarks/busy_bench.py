@@ -1,5 +1,6 @@
 """The chat example on an idle machine and beside a CPU-bound job: what sharing the cores costs,
-with every core's thread and with ``--threads`` one fewer.
+by default (the engine's thread governor gives a core up while other processes keep it busy),
+with every core's thread fixed (``OMP_NUM_THREADS``: no governor) and with ``--threads`` one fewer.
 
 Run:  flock /tmp/rstar2-cpu.lock .venv/bin/python benchmarks/busy_bench.py
       .venv/bin/python benchmarks/busy_bench.py --model runs/cpu-demo/final --repeats 3
@@ -37,12 +38,16 @@ def neighbour(busy: bool):
             spinner.wait()
 
 
-def chat_seconds(model: str, max_tokens: int, threads: int | None) -> float:
+def chat_seconds(model: str, max_tokens: int, threads: int | None, fixed: int | None = None) -> float:
+    """The command's wall time: ``--threads`` when ``threads``; ``OMP_NUM_THREADS`` when
+    ``fixed`` (the count fixed, so the engine's thread governor is off)."""
     argv = [sys.executable, "-m", "rstar2", "chat", "--model", model, "--prompt", PROMPT,
             "--temperature", "0", "--max-tokens", str(max_tokens)]
     if threads is not None:
         argv += ["--threads", str(threads)]
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    if fixed is not None:
+        env["OMP_NUM_THREADS"] = str(fixed)
     started = time.monotonic()
     subprocess.run(argv, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.monotonic() - started
@@ -55,15 +60,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     cores = len(os.sched_getaffinity(0))
-    cases = [("idle machine, every core's thread", False, None),
-             ("beside a busy process, every core's thread", True, None),
-             (f"beside a busy process, --threads {max(1, cores - 1)}", True, max(1, cores - 1))]
+    cases = [("idle machine, the default", False, None, None),
+             ("beside a busy process, the default", True, None, None),
+             (f"beside a busy process, OMP_NUM_THREADS={cores} (no governor)", True, None, cores),
+             (f"beside a busy process, --threads {max(1, cores - 1)}", True, max(1, cores - 1), None)]
     print(f"busy_bench: rstar2 chat --model {args.model} --max-tokens {args.max_tokens}, {cores} cores, "
           f"median of {args.repeats}", flush=True)
     idle = None
-    for name, busy, threads in cases:
+    for name, busy, threads, fixed in cases:
         with neighbour(busy):
-            times = [chat_seconds(args.model, args.max_tokens, threads) for _ in range(args.repeats)]
+            times = [chat_seconds(args.model, args.max_tokens, threads, fixed) for _ in range(args.repeats)]
         median = statistics.median(times)
         idle = idle or median
         print(f"{name:45s} {median:7.1f} s  (min {min(times):.1f}, max {max(times):.1f})  "

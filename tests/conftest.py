@@ -13,6 +13,10 @@ REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "tests" / "samples"
 # Tests never reach the Hugging Face hub: a hub id resolves from a cache the test lays out.
 os.environ["HF_HUB_OFFLINE"] = "1"
+# A fixed thread count (every core, the default): the engines' thread governor would otherwise
+# change it with the machine's load, and with it the last bits of their numbers between runs
+# (tests/models/test_cpu_share.py tests the governor itself).
+os.environ.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
 
 
 def pytest_collection_modifyitems(config, items):

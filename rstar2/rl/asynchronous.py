@@ -104,13 +104,18 @@ class SampledAhead:
             task.cancel()
         await asyncio.gather(self.producer, *self.batches.values(), return_exceptions=True)
         if self.threads is not None:
-            import torch
-
-            torch.set_num_threads(sum(self.threads))
+            self.engine_threads(sum(self.threads))
 
     # ----------------------------------------------------------------- sampling ahead
     async def produce(self, first: int) -> None:
         """Start batch after batch, each once the bound admits it, until the run's last."""
+        try:
+            await self.start_batches(first)
+        finally:
+            async with self.admitted:  # a learner waiting on a batch that will not come
+                self.admitted.notify_all()
+
+    async def start_batches(self, first: int) -> None:
         for step in range(first, self.trainer.config.rl.steps):
             async with self.admitted:
                 await self.admitted.wait_for(lambda: self.version >= step - self.config.max_staleness)
@@ -126,7 +131,9 @@ class SampledAhead:
         """Step ``step``'s batch, once all its groups have finished."""
         started = time.perf_counter()
         async with self.admitted:  # started already, unless k = 0 and the push was just now
-            await self.admitted.wait_for(lambda: step in self.batches)
+            await self.admitted.wait_for(lambda: step in self.batches or self.producer.done())
+        if step not in self.batches:
+            self.producer.result()  # the producer's failure
         result = await self.batches.pop(step)
         self.waited = time.perf_counter() - started
         return result
@@ -198,11 +205,14 @@ class SampledAhead:
 
     def split_threads(self) -> tuple[int, int] | None:
         """(engine, learner) CPU threads, set on this thread (the engine's) now; None off a
-        CPU or with one thread (then both share it)."""
+        CPU, with one thread (then both share it) or with k = 0 (sampling and learning then
+        never overlap, and each has every thread, as in the synchronous loop)."""
         import torch
 
         from rstar2.models.device import module_device
 
+        if self.config.max_staleness == 0:
+            return None
         model = getattr(self.trainer.learner, "model", None)
         if model is not None and module_device(model).type != "cpu":
             return None
@@ -210,8 +220,18 @@ class SampledAhead:
         if total < 2:
             return None
         learner = min(self.config.learner_threads or max(1, total // 2), total - 1)
-        torch.set_num_threads(total - learner)
+        self.engine_threads(total - learner)
         return total - learner, learner
+
+    def engine_threads(self, threads: int) -> None:
+        """The engine's CPU threads (on this thread): its own ceiling, where it keeps one."""
+        import torch
+
+        limit = getattr(self.engine, "limit_threads", None)  # an HFEngine's
+        if limit is not None:
+            limit(threads)
+        else:
+            torch.set_num_threads(threads)
 
 
 def token_staleness(rollouts: Sequence[Rollout], step: int) -> list[int]:

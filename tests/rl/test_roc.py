@@ -327,6 +327,7 @@ def test_decision_counts():
         "roc/dropped_uniform_rewards": 2.0,
         "roc/dropped_uniform_after_selection": 1.0,
         "roc/dropped_small_group": 1.0,
+        "roc/dropped_stale": 0.0,
         "roc/dropped_share": 0.8,
     }
 

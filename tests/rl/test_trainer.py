@@ -39,8 +39,9 @@ STEP_KEYS = {
 UPDATE_KEYS = {"reward/mean", "loss/entropy", "loss/clip_fraction", "train/grad_norm"}
 
 
-def make_config(tmp_path, data, **rl):
+def make_config(tmp_path, data, engine=None, **rl):
     return validate_config({
+        **({"engine": engine} if engine else {}),
         "name": "t", "runs_dir": str(tmp_path / "runs"), "seed": 7,
         "model": {"dtype": "float32", "compute_dtype": "bfloat16"},
         "data": {"train": str(data)},
@@ -219,8 +220,8 @@ def test_asynchronous_at_staleness_zero_samples_the_synchronous_first_step(tmp_p
     same rollouts and the same RoC verdicts (the engine holds its own float32 copy in both)."""
     logged = {}
     for mode in ("sync", "async"):
-        config = make_config(tmp_path / mode, rl_data, steps=1, prompts_per_step=1, group_size=2, max_tokens=24,
-                             asynchronous={"enabled": mode == "async", "max_staleness": 0})
+        config = make_config(tmp_path / mode, rl_data, engine={"dtype": "float32"}, steps=1, prompts_per_step=1,
+                             group_size=2, max_tokens=24, asynchronous={"enabled": mode == "async", "max_staleness": 0})
         model = load_policy(config.model)
         engine = HFEngine(HFEngineConfig(dtype="float32", max_batch_size=4))
         try:

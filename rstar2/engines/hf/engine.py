@@ -34,6 +34,7 @@ from rstar2.engines.hf.kv import KVBudget
 from rstar2.engines.hf.requests import Request, Resident, resolve
 from rstar2.engines.hf.sampling import draw, finish_reason
 from rstar2.engines.hf.table import SlotTable
+from rstar2.models.cpu_share import ThreadGovernor
 from rstar2.models.device import resolve_device
 from rstar2.models.loading import load_model, load_tokenizer, set_cpu_threads
 
@@ -44,8 +45,10 @@ class HFEngine:
     def __init__(self, config: HFEngineConfig | None = None, *, model=None, tokenizer=None):
         self.config = config = config or HFEngineConfig()
         device = model.device if model is not None else resolve_device(config.device)
+        self.governor: ThreadGovernor | None = None  # CPU threads by what other processes leave
         if device.type == "cpu":
             set_cpu_threads()
+            self.governor = ThreadGovernor.for_this_process(torch.get_num_threads())
         self.model = model if model is not None else load_model(config.model, config.dtype, device)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config.model)
         slots.install(self.model)
@@ -113,6 +116,14 @@ class HFEngine:
             raise ValueError(f"prompt of {len(prompt)} tokens exceeds the model's "
                              f"{self.max_length}-token context")
         return prompt
+
+    def limit_threads(self, threads: int) -> None:
+        """Compute with at most ``threads`` CPU threads from now on (asynchronous training
+        leaves the rest to the learner); fewer while other processes keep cores busy."""
+        if self.governor is not None:
+            self.governor.most = threads
+            self.governor.current = min(self.governor.current, threads)
+        torch.set_num_threads(threads)
 
     def samples_from(self, model: object) -> bool:
         return self.model is model
@@ -201,6 +212,10 @@ class HFEngine:
 
     def step(self, admitted: list[Request]) -> None:
         """Prefill ``admitted`` and decode one token of every active sequence."""
+        if self.governor is not None:
+            wanted = self.governor.threads()
+            if wanted != torch.get_num_threads():
+                torch.set_num_threads(wanted)
         started = time.perf_counter()
         decoded = 0
         with self.step_lock:
