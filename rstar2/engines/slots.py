@@ -53,6 +53,12 @@ class SlotCache:
     """Per-sequence keys/values, ``[layers, slots, kv_heads, length, head_dim]``, grown on
     demand (more slots, longer slots) by reallocating and copying.
 
+    Growing copies the whole cache and holds the old one and the new one at once, so it is
+    kept rare: slots grow by half again (at least 8), and the engine reserves for all the
+    requests it admits at once (``HFEngine.admit``); a length grows by a quarter again,
+    rounded up to 64 positions, not doubled: a doubled cache of many slots is gigabytes of
+    keys no sequence reaches.
+
     With ``spare`` 1 every slot keeps one more column than asked for, its last (``scratch``):
     no token is ever stored there, so fixed-shape decode steps can point their padding rows
     at it without touching a parked sequence's keys."""
@@ -77,13 +83,12 @@ class SlotCache:
         return self.length - 1
 
     def reserve(self, slots: int, length: int) -> None:
-        """Make room for ``slots`` slots of ``length`` positions (growth is geometric so that
-        decoding one token at a time reallocates rarely)."""
+        """Make room for ``slots`` slots of ``length`` positions (class docstring)."""
         length += self.spare
         if slots <= self.slots and length <= self.length:
             return
-        new_slots = max(slots, self.slots)
-        new_length = self.length if length <= self.length else max(length, 2 * self.length, 256)
+        new_slots = self.slots if slots <= self.slots else max(slots, self.slots * 3 // 2, 8)
+        new_length = self.length if length <= self.length else -(-max(length, self.length * 5 // 4) // 64) * 64
         for name in ("k", "v"):
             old = getattr(self, name)
             new = old.new_zeros((old.shape[0], new_slots, old.shape[2], new_length, old.shape[4]))

@@ -39,6 +39,11 @@ from rstar2.models.device import resolve_device
 from rstar2.models.loading import load_model, load_tokenizer, set_cpu_threads
 
 
+AHEAD = 512
+"""Generated tokens a request's slot has room for when it is admitted: a whole short answer
+(no growth while it decodes), while a long budget grows the cache as it is used."""
+
+
 class HFEngine:
     """Embedded transformers engine; see the package docstring."""
 
@@ -238,7 +243,11 @@ class HFEngine:
 
     def admit(self, requests: list[Request]) -> None:
         """Give each request a slot (``SlotTable.place``), prefill what is new, and sample its
-        first token."""
+        first token. The slot cache is grown once for all of them: a slot each, and the length
+        their prompts and up to ``AHEAD`` generated tokens reach (within their budgets)."""
+        reach = max(min(r.footprint, len(r.prompt) + AHEAD) for r in requests)
+        capacity = self.config.max_batch_size + self.config.max_parked
+        self.table.cache.reserve(min(len(self.table.residents) + len(requests), capacity), reach)
         placed = self.table.place(requests, self.compute.compute_block)
         if self.compute.flat:
             for resident in placed.reps:
