@@ -93,10 +93,10 @@ def test_a_resumed_schedule_continues_the_curve(tmp_path):
 
 
 def test_a_run_ends_its_cosine_at_its_last_planned_update():
-    config = load_config(RECIPES / "cpu-demo.yaml", ["rl.steps=7", "rl.updates_per_step=3",
+    config = load_config(RECIPES / "cpu-demo.yaml", ["rl.steps=7", "rl.updates_per_step=4",
                                                      "rl.optimizer.schedule=cosine"])
     settings = learner_settings(config)
-    assert settings.total_updates == 21 and settings.optimizer.schedule == "cosine"
+    assert settings.total_updates == 28 and settings.optimizer.schedule == "cosine"
 
 
 def test_sft_takes_the_same_schedules():
