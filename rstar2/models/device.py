@@ -56,7 +56,7 @@ def device_note(setting: str) -> str:
     """One line saying which device ``setting`` resolves to (and why, for ``auto``); on a CPU
     also how many threads and why, and a hint where other work already keeps cores busy (a
     thread per core beside a busy neighbour waits on the neighbour's time slices at every
-    parallel step, many times slower than with fewer threads)."""
+    parallel step; the engine's governor sheds threads while it generates, training does not)."""
     import torch
 
     from rstar2.models.loading import busy_cores, cpu_threads
@@ -77,8 +77,8 @@ def device_note(setting: str) -> str:
     note += f", {threads} thread{'s' * (threads != 1)} ({why})"
     busy = busy_cores()
     if why != "OMP_NUM_THREADS" and threads > 1 and busy >= 0.75:
-        note += (f"; other work keeps about {busy:.1f} cores busy: beside it, --threads "
-                 f"{max(1, threads - round(busy))} runs many times faster")
+        note += (f"; other work keeps about {busy:.1f} cores busy: generation gives up a thread per "
+                 f"core it keeps busy, and --threads {max(1, threads - round(busy))} does so for training too")
     return note
 
 

@@ -50,8 +50,8 @@ def test_cpu_threads_follow_omp_num_threads_else_every_core_and_a_busy_machine_i
     monkeypatch.delenv("OMP_NUM_THREADS")
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
     assert device_note("cpu") == ("device: cpu, 4 threads (every core this process may use); other "
-                                  "work keeps about 1.2 cores busy: beside it, --threads 3 runs many "
-                                  "times faster")
+                                  "work keeps about 1.2 cores busy: generation gives up a thread per core "
+                                  "it keeps busy, and --threads 3 does so for training too")
 
 
 def test_the_threads_option_sets_the_process_s_threads_before_the_model_loads(monkeypatch):
