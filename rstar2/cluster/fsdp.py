@@ -37,6 +37,7 @@ from rstar2.rl.update import (
     rescored,
 )
 from rstar2.training.batch import TrainSequence, micro_batches
+from rstar2.training.packing import packed_attention
 
 
 def shard_policy(model: torch.nn.Module, mesh: DeviceMesh, compute_dtype: str) -> torch.nn.Module:
@@ -79,12 +80,13 @@ def sharded_update(model, optimizer, scheduler, sequences: Sequence[TrainSequenc
     stats = LossStats()
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    for batch, weight in rank_batches(batches, rank, world):
-        loss, batch_stats = micro_batch_loss(model, batch, token_count, settings)
-        (loss * (weight * world)).backward()  # FSDP averages over ranks; Eq. 6 sums
-        if weight:
-            stats = stats + batch_stats
-        del loss
+    with packed_attention(model):  # the backward pass too: checkpointed layers recompute there
+        for batch, weight in rank_batches(batches, rank, world):
+            loss, batch_stats = micro_batch_loss(model, batch, token_count, settings)
+            (loss * (weight * world)).backward()  # FSDP averages over ranks; Eq. 6 sums
+            if weight:
+                stats = stats + batch_stats
+            del loss
     grad_norm = clip_and_step(model, optimizer, scheduler, settings.max_grad_norm)
     return sum_over_ranks(stats, world), float(full(grad_norm))
 

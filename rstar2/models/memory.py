@@ -5,9 +5,11 @@ its mmap threshold (which adapts, but never past 32 MiB) from fresh pages of the
 unmaps it on ``free``, so an update that makes and frees the same activations and logits every
 micro-batch takes every page's first-touch fault again each time, a measured share of a CPU
 update's time (docs/benchmarks.md). ``keep_freed_memory`` raises the threshold and the heap's
-trim threshold, so freed blocks stay in the heap for the next allocation of their size. The
-process's peak memory is what it was; memory freed after the peak is kept for reuse rather
-than returned to the system.
+trim threshold to 64 MiB, so freed blocks up to that size (a micro-batch's activations, a chunk
+of logits) stay in the heap for the next allocation of their size. Larger blocks (an engine's
+key/value cache, a whole weight) still come from and go back to the system: kept in the heap,
+the holes they leave made the CPU demo's memory grow by gigabytes over a run (a 1 GiB
+threshold: 15.8 GB at the end of a demo whose update needs about 6).
 
 The ``rstar2`` command calls it at start; a program using the library calls it itself, or sets
 ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_``. Other C libraries (musl, macOS) are
@@ -22,7 +24,7 @@ import os
 
 M_TRIM_THRESHOLD = -1  # glibc's mallopt parameters (malloc.h)
 M_MMAP_THRESHOLD = -3
-THRESHOLD = 1 << 30  # blocks up to 1 GiB come from, and go back to, the heap
+THRESHOLD = 64 << 20  # blocks up to 64 MiB come from, and go back to, the heap
 
 
 def keep_freed_memory() -> bool:

@@ -63,11 +63,12 @@ def policy_update(
     stats = LossStats()
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    for batch in micro_batches(sequences, settings.micro_batch_tokens):
-        loss, batch_stats = micro_batch_loss(model, batch, token_count, settings, reference)
-        loss.backward()
-        stats = stats + batch_stats
-        del loss
+    with packed_attention(model):
+        for batch in micro_batches(sequences, settings.micro_batch_tokens):
+            loss, batch_stats = micro_batch_loss(model, batch, token_count, settings, reference)
+            loss.backward()
+            stats = stats + batch_stats
+            del loss
     return stats, float(clip_and_step(model, optimizer, scheduler, settings.max_grad_norm))
 
 
@@ -106,10 +107,13 @@ def micro_batch_loss(
     reference: torch.nn.Module | None = None,
 ) -> tuple[torch.Tensor, LossStats]:
     """The loss of one micro-batch, already divided by the whole update's ``token_count``
-    (so micro-batch gradients sum to Eq. 6's token mean), and its stats."""
+    (so micro-batch gradients sum to Eq. 6's token mean), and its stats. Called inside
+    ``packed_attention(model)``, and its backward pass must run there too: a checkpointed layer
+    (``model.gradient_checkpointing``) computes its forward again during the backward pass,
+    which must attend per sequence as the first one did."""
     row = pack_row(batch)
     ref = row_logprobs(reference, row, settings)[:, None] if reference is not None else None
-    with packed_attention(model), autocast(model, settings.compute_dtype):
+    with autocast(model, settings.compute_dtype):
         logits, targets = trained_logits(model, row)
     logprobs = token_logprobs(logits, targets, settings.temperature)[:, None]
     members = [batch[i] for i in row.sources]

@@ -66,9 +66,12 @@ def test_a_packed_micro_batch_gives_each_sequence_its_own_logprobs():
         assert all(v == 0.0 for v, m in zip(values, sequence.loss_mask) if not m)  # never trained on
 
 
-def run_update(micro_batch_tokens: int, loss: LossConfig = SETTINGS.loss, reference: torch.nn.Module | None = None):
+def run_update(micro_batch_tokens: int, loss: LossConfig = SETTINGS.loss, reference: torch.nn.Module | None = None,
+               checkpointing: bool = False):
     """One update of a fresh tiny model on ``SEQUENCES``."""
     model = tiny_model()
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     optimizer = build_optimizer(model.parameters(), OptimizerConfig(lr=1e-2, warmup_steps=0))
     scheduler = build_scheduler(optimizer, OptimizerConfig(lr=1e-2, warmup_steps=0))
     settings = UpdateSettings(**{**SETTINGS.__dict__, "micro_batch_tokens": micro_batch_tokens, "loss": loss})
@@ -86,6 +89,17 @@ def test_update_is_the_same_whatever_the_micro_batch_size():
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)  # Adam steps are ~1e-2
     assert whole_norm > 0
     assert any(not torch.equal(a, b) for a, b in zip(whole.parameters(), tiny_model().parameters()))
+
+
+@pytest.mark.filterwarnings("ignore:.*gradient_checkpointing:FutureWarning")  # transformers' rename
+def test_checkpointed_layers_give_the_update_of_the_plain_model():
+    # a checkpointed layer runs its forward again during the backward pass, which must attend
+    # per packed sequence as the first forward did
+    plain, plain_stats, plain_norm = run_update(30)
+    checkpointed, stats, norm = run_update(30, checkpointing=True)
+    assert stats.tokens == plain_stats.tokens and norm == pytest.approx(plain_norm, rel=1e-5)
+    for a, b in zip(plain.parameters(), checkpointed.parameters()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 
 
 def test_recomputed_old_logprobs_make_the_first_ratio_one():
