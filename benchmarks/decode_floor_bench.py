@@ -145,7 +145,7 @@ def update_time(dtype: str, sequences: int, length: int) -> tuple[float, int]:
     schedule = OptimizerConfig(lr=1e-6, warmup_steps=0)
     optimizer = build_optimizer(model.parameters(), schedule)
     scheduler = build_scheduler(optimizer, schedule)
-    settings = UpdateSettings(loss=LossConfig(), temperature=1.0, micro_batch_tokens=4096,
+    settings = UpdateSettings(loss=LossConfig(), temperature=1.0, micro_batch_tokens=2048,
                               max_grad_norm=1.0, compute_dtype=dtype)
     seconds = timed(lambda: policy_update(model, optimizer, scheduler, batch, settings, None), repeats=2)
     return seconds, sequences * length

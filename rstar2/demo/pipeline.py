@@ -62,6 +62,7 @@ from rstar2.sft.config import AgentFormat, SFTConfig, SFTDataConfig, SFTModelCon
 from rstar2.sft.dataset import sft_traces, split_tasks, write_problems, write_traces
 from rstar2.sft.run import run_sft
 from rstar2.tasks.templates import Task
+from rstar2.training.config import CheckpointConfig
 from rstar2.training.policy import load_policy
 from rstar2.training.runlog import read_metrics
 
@@ -260,7 +261,8 @@ async def train_and_evaluate(settings, config: RunConfig, tokenizer, sandbox, ur
 
 def sft_config(config: RunConfig, settings: SFTSettings, traces: Path) -> SFTConfig:
     """The cold start as an ``rstar2 sft`` run in ``<run>/sft``: the RL recipe's model and prompt,
-    the pipeline's SFT settings, every trace kept (the pipeline sized them)."""
+    the pipeline's SFT settings, every trace kept (the pipeline sized them), a checkpoint only
+    every 10 minutes."""
     model = config.model
     return SFTConfig(
         name="sft", runs_dir=str(config.run_dir),
@@ -270,7 +272,10 @@ def sft_config(config: RunConfig, settings: SFTSettings, traces: Path) -> SFTCon
         agent=AgentFormat(prompt=config.rollout.prompt.variant, tool_name=config.rollout.prompt.tool_name,
                           max_response_tokens=config.rollout.max_response_tokens,
                           max_turns=config.rollout.max_turns),
-        train=SFTTraining(**settings.model_dump()))
+        train=SFTTraining(**settings.model_dump()),
+        # no checkpoint of the finished SFT (weights and AdamW moments: three times its model):
+        # the policy goes on to RL in this process, and sft/final holds the model
+        checkpoint=CheckpointConfig(every_steps=None, every_minutes=10, last=False))
 
 
 class Evaluator:

@@ -97,18 +97,22 @@ class CheckpointConfig(Section):
     to run."""
     keep_last: int = Field(2, ge=1)
     """How many complete checkpoints to keep; older ones are deleted after a new one lands."""
+    last: bool = True
+    """Also write one after the run's last step (what ``--resume`` with more steps, and an RL
+    recipe's ``rl.init.checkpoint``, start from). Off where the model goes on in the same
+    process and its final folder is all a later run needs (the demo's SFT)."""
 
     @model_validator(mode="after")
     def _some_schedule(self) -> CheckpointConfig:
         if self.every_steps is None and self.every_minutes is None:
             raise ValueError("checkpoint: set every_steps, every_minutes or both (the last step is "
-                             "always saved)")
+                             "saved too unless last is false)")
         return self
 
     def due(self, step: int, last_step: int, since_last_s: float) -> bool:
-        """Whether to checkpoint after ``step`` (the run's last, ``last_step``, always is), the
-        previous checkpoint (or the start) having been ``since_last_s`` seconds ago."""
-        return (step == last_step
+        """Whether to checkpoint after ``step`` (the run's last, ``last_step``, is with ``last``),
+        the previous checkpoint (or the start) having been ``since_last_s`` seconds ago."""
+        return ((self.last and step == last_step)
                 or (self.every_steps is not None and step % self.every_steps == 0)
                 or (self.every_minutes is not None and since_last_s >= 60 * self.every_minutes))
 

@@ -145,6 +145,7 @@ def test_the_demo_runs_sft_rl_and_three_evaluations_and_writes_what_the_docs_lis
     # the SFT is an `rstar2 sft` run in sft/, in the dtype --sft-dtype asked for
     assert yaml.safe_load((run / "sft" / "config.yaml").read_text())["train"]["compute_dtype"] == "float32"
     assert read_metrics(run / "sft") and (run / "sft" / "final" / "config.json").is_file()
+    assert not (run / "sft" / "checkpoints").exists()  # the finished SFT goes on in process
     assert read_card(str(run / "sft" / "final")).trained_by == "rstar2 demo, SFT (first)"
     # the RL run: its config, one metrics row a step, rollouts, checkpoints, final model, curves
     config = yaml.safe_load((run / "config.yaml").read_text())

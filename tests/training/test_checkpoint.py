@@ -274,7 +274,7 @@ def test_missing_checkpoints_are_clear_errors(tmp_path):
         load_checkpoint(tmp_path / "step_00000001", make_model())
 
 
-def test_the_checkpoint_schedule_by_steps_by_minutes_or_both_always_saves_the_last_step():
+def test_the_checkpoint_schedule_by_steps_by_minutes_or_both_saves_the_last_step_unless_told():
     by_steps = CheckpointConfig(every_steps=3)
     assert [s for s in range(1, 9) if by_steps.due(s, 8, since_last_s=0.0)] == [3, 6, 8]
     by_time = CheckpointConfig(every_steps=None, every_minutes=10)
@@ -283,6 +283,8 @@ def test_the_checkpoint_schedule_by_steps_by_minutes_or_both_always_saves_the_la
     both = CheckpointConfig(every_steps=4, every_minutes=0.5)
     assert both.due(4, 8, since_last_s=0.0) and both.due(1, 8, since_last_s=30.0)
     assert not both.due(3, 8, since_last_s=29.9)
+    no_last = CheckpointConfig(every_steps=None, every_minutes=10, last=False)
+    assert not no_last.due(8, 8, since_last_s=0.0) and no_last.due(8, 8, since_last_s=600.0)
     with pytest.raises(ValueError, match="every_steps, every_minutes or both"):
         CheckpointConfig(every_steps=None)
     with pytest.raises(ValueError, match="every_minutes"):
