@@ -28,7 +28,8 @@ What changes against the synchronous loop, and what does not:
 * **The learner's thread.** The update runs on a thread of its own, so the event loop goes on
   stepping the engine and serving tool and reward calls; on a CPU it takes ``learner_threads``
   of the process's threads and the engine the others, since two thread pools on the same cores
-  would each wait on the other.
+  would each wait on the other. At k = 0 nothing samples during an update, and it runs on the
+  event loop's thread as in the synchronous loop.
 * **Checkpoints and resume.** A checkpoint after step b records the prompt order's position
   before batch b + 1: a resumed run samples the batches that were in flight again, from the
   same problems with the same seeds, so no batch is lost and none is trained twice; what was in
@@ -152,7 +153,13 @@ class SampledAhead:
 
     # ----------------------------------------------------------------- learning beside it
     async def learn(self, sequences):
-        """The update on a thread of its own, with the learner's share of the CPU threads."""
+        """The update on a thread of its own, with the learner's share of the CPU threads; at
+        k = 0 on this one, since nothing samples meanwhile: a second thread computing on a CPU
+        brings a second OpenMP pool, and with more pool threads than cores libgomp stops
+        spinning between parallel regions, which measured a third slower for every step after
+        (docs/benchmarks.md, 'The decode step against its floor')."""
+        if self.config.max_staleness == 0:
+            return self.trainer.learner.learn(sequences)
         return await asyncio.to_thread(self.learn_on_thread, sequences)
 
     def learn_on_thread(self, sequences):

@@ -197,6 +197,21 @@ def test_k_zero_samples_every_batch_under_the_weights_of_its_own_step(tmp_path):
     assert all(r["async/staleness_max"] == 0 and r["async/staleness_share_0"] == 1.0 for r in rows)
 
 
+def test_updates_run_beside_the_sampling_thread_only_where_they_overlap_it(tmp_path):
+    import threading
+
+    for k, beside in ((0, False), (1, True)):
+        engine = Engine()
+        rng = random.Random(k)
+        learner = Learner(engine, rng)
+        threads = []
+        original = learner.learn
+        learner.learn = lambda sequences: threads.append(threading.get_ident()) or original(sequences)
+        t = trainer(tmp_path / str(k), engine, Sampler(engine, rng), learner, k, steps=3)
+        asyncio.run(t.run())
+        assert len(threads) == 3 and all((ident != threading.get_ident()) == beside for ident in threads), k
+
+
 def test_a_resumed_run_trains_what_an_unstopped_one_does(tmp_path):
     _, _, _, whole = run(tmp_path / "whole", 2, seed=9)
     checkpoints: dict = {}
