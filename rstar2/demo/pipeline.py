@@ -261,8 +261,8 @@ async def train_and_evaluate(settings, config: RunConfig, tokenizer, sandbox, ur
 
 def sft_config(config: RunConfig, settings: SFTSettings, traces: Path) -> SFTConfig:
     """The cold start as an ``rstar2 sft`` run in ``<run>/sft``: the RL recipe's model and prompt,
-    the pipeline's SFT settings, every trace kept (the pipeline sized them), a checkpoint only
-    every 10 minutes."""
+    the pipeline's SFT settings, every trace kept (the pipeline sized them), checkpoints by time
+    only."""
     model = config.model
     return SFTConfig(
         name="sft", runs_dir=str(config.run_dir),
