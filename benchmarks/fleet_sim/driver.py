@@ -87,21 +87,25 @@ class Simulation:
         self.admit(0.0)
         self.at(self.fleet.poll_s, "poll")
         while self.left:
-            time, _, kind, data = heapq.heappop(self.events)
-            if kind == "wake":
-                engine, version = data
-                if version == engine.version:
-                    self.settle(engine, time)
-            elif kind == "tool":
-                self.next_turn(data[0], time)
-            elif kind == "poll":
-                for engine in self.engines:
-                    self.settle(engine, time)
-                    self.at(time + self.fleet.metrics_delay_s, "reading", engine.index, engine.load())
-                self.at(time + self.fleet.poll_s, "poll")
-            else:
-                self.scheduler.report(*data)
+            self.handle(*heapq.heappop(self.events))
         return self.figures(counters)
+
+    def handle(self, time: float, _order, kind: str, data) -> None:
+        """One event of the fleet: an engine's step ending, a tool call returning, the
+        scheduler's poll of the engines' metrics, or a reading reaching the scheduler."""
+        if kind == "wake":
+            engine, version = data
+            if version == engine.version:
+                self.settle(engine, time)
+        elif kind == "tool":
+            self.next_turn(data[0], time)
+        elif kind == "poll":
+            for engine in self.engines:
+                self.settle(engine, time)
+                self.at(time + self.fleet.metrics_delay_s, "reading", engine.index, engine.load())
+            self.at(time + self.fleet.poll_s, "poll")
+        else:
+            self.scheduler.report(*data)
 
     # ----------------------------------------------------------------- the fleet's calls
     def admit(self, time: float) -> None:

@@ -77,24 +77,13 @@ class PipelineSimulation(Simulation):
         self.admit_batches(0.0)
         self.at(self.fleet.poll_s, "poll")
         while self.trained < steps - 1:
-            time, _, kind, data = heapq.heappop(self.events)
-            if kind == "wake":
-                engine, version = data
-                if version == engine.version:
-                    self.settle(engine, time)
-            elif kind == "tool":
-                self.next_turn(data[0], time)
-            elif kind == "poll":
-                for engine in self.engines:
-                    self.settle(engine, time)
-                    self.at(time + self.fleet.metrics_delay_s, "reading", engine.index, engine.load())
-                self.at(time + self.fleet.poll_s, "poll")
-            elif kind == "updated":
+            time, order, kind, data = heapq.heappop(self.events)
+            if kind == "updated":
                 self.push(data[0], time)
             elif kind == "pushed":
                 self.pushed(data[0], time)
             else:
-                self.scheduler.report(*data)
+                self.handle(time, order, kind, data)
         return self.result(steps)
 
     # ----------------------------------------------------------------- batches and the learner
