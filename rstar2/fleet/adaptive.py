@@ -65,10 +65,15 @@ class SpeedModel:
     """Each member's decode speed, as one shape for the fleet and a factor per member.
 
     A sequence's inter-token latency on member ``m`` running ``n`` sequences is modelled as
-    ``speed[m] * (a + b * n)``: the shape ``(a, b)`` (both >= 0) is the fleet's (one model,
-    one kind of engine), the factor is the member's (a slower GPU, a busier host). Both are
-    fitted, alternately and in relative error, to the members' recent readings; a member's
-    factor over the (lower) median factor is its slowness."""
+    ``level[m] * (1 + slope * n)``: the slope (>= 0) is the fleet's (one model, one kind of
+    engine), the level is the member's (a slower GPU, a busier host). The slope is read only
+    from how each member's own latency moves with its own load -- two members read at
+    different loads (a fast one idle between readings, a slow one always busy) would
+    otherwise pass for one speed at two loads -- as the median of what each pair of one
+    member's readings implies (Theil-Sen), so that one noisy reading does not swing it. A
+    member's level over the (lower) median level is its slowness."""
+
+    MAX_SLOPE = 10.0  # per running sequence, relative to a lone one
 
     def __init__(self, history: int = 64):
         self.readings: dict[int, collections.deque] = collections.defaultdict(
@@ -78,22 +83,31 @@ class SpeedModel:
     def add(self, member: int, running: float, seconds: float) -> None:
         self.readings[member].append((running, seconds))
 
+    def slope(self, rows: list[np.ndarray]) -> float:
+        """The median slope over pairs of one member's readings at different loads (0 where
+        no member was read at two loads)."""
+        slopes = []
+        for running, seconds in (member_rows.T for member_rows in rows):
+            first, second = np.triu_indices(len(running), k=1)
+            order = running[first] > running[second]
+            low = np.where(order, second, first)
+            high = np.where(order, first, second)
+            apart = running[high] - running[low] > 1e-9
+            low, high = low[apart], high[apart]
+            ratio = seconds[high] / seconds[low]
+            denominator = running[high] - ratio * running[low]  # <= 0: faster than proportional
+            slopes.append(np.where(denominator > 0, (ratio - 1) / np.maximum(denominator, 1e-12),
+                                   self.MAX_SLOPE))
+        pairs = np.concatenate(slopes) if slopes else np.zeros(0)
+        return float(np.clip(np.median(pairs), 0.0, self.MAX_SLOPE)) if len(pairs) else 0.0
+
     def fit(self) -> None:
         members = [m for m, rows in self.readings.items() if rows]
-        rows = np.array([row for m in members for row in self.readings[m]])
-        owner = np.repeat(np.arange(len(members)), [len(self.readings[m]) for m in members])
-        running, seconds = rows[:, 0], rows[:, 1]
-        factor = np.ones(len(members))
-        for _ in range(3):
-            weight = factor[owner] / seconds  # relative error: light loads count as heavy ones
-            design = np.column_stack([weight, weight * running])
-            (a, b), *_ = np.linalg.lstsq(design, np.ones(len(rows)), rcond=None)
-            if b < 0 or a <= 0:  # no load effect to see: a level alone
-                a, b = float(np.sum(weight) / np.sum(weight * weight)), 0.0
-            ratios = seconds / np.maximum(a + b * running, 1e-12)
-            factor = np.array([np.median(ratios[owner == i]) for i in range(len(members))])
-            factor /= np.sort(factor)[(len(factor) - 1) // 2]  # lower median: of two, the faster
-        self.factors = dict(zip(members, factor.tolist()))
+        rows = [np.array(self.readings[m]) for m in members]
+        slope = self.slope(rows)
+        levels = np.array([np.median(r[:, 1] / (1 + slope * r[:, 0])) for r in rows])
+        levels /= np.sort(levels)[(len(levels) - 1) // 2]  # lower median: of two, the faster
+        self.factors = dict(zip(members, levels.tolist()))
 
 
 @dataclass

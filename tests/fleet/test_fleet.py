@@ -76,7 +76,7 @@ async def one_trajectory(fleet, attempts):
     return await run_trajectory(fleet, NEED, body)
 
 
-def run_fleet(members, policy, n, on_first_turn=None):
+def run_fleet(members, policy, n):
     box = []
 
     async def go():

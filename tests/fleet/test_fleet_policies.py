@@ -170,6 +170,35 @@ def test_adaptive_places_fewer_on_a_slow_member_and_moves_its_trajectories_at_a_
     assert slow[0] not in scheduler.members[3].trajectories
 
 
+def feed(scheduler, member, running, seconds, tokens=10):
+    """A first reading, then one per interval in which ``member`` decoded ``tokens`` at
+    ``seconds[i]`` each; ``running`` is the gauge at each reading (one more than intervals)."""
+    for i, gauge in enumerate(running):
+        scheduler.report(member, reading(running=gauge, inter_tokens=tokens * i,
+                                         inter_token_seconds=tokens * sum(seconds[:i])))
+
+
+def test_adaptive_names_a_slow_member_read_only_at_other_loads_than_the_fast_one():
+    """A fast member idle at each reading and a slow one always busy: the load effect is read
+    from each member's own readings, so the slow one is not taken for the fast one under load,
+    and one slow interval of the fast member does not turn the verdict."""
+    scheduler = Scheduler("adaptive", [10_000] * 2)
+    feed(scheduler, 0, [0, 0, 0, 0], [0.1] * 3)
+    feed(scheduler, 1, [1, 2, 2, 1], [0.3] * 3)
+    assert scheduler.policy.slowness(0) == 1
+    assert scheduler.policy.slowness(1) == pytest.approx(3.0)
+
+    scheduler = Scheduler("adaptive", [10_000] * 2)
+    feed(scheduler, 0, [0, 0, 0, 0, 1, 0], [0.108, 0.107, 0.117, 0.247, 0.131])
+    feed(scheduler, 1, [1, 1, 2, 1], [0.357, 0.359, 0.298])
+    assert scheduler.policy.slowness(0) == 1 and scheduler.policy.slowness(1) > 1.5
+
+    scheduler = Scheduler("adaptive", [10_000] * 2)  # one speed, read at different loads
+    feed(scheduler, 0, [1, 1, 2, 2, 3, 3], [0.1 * (1 + 0.5 * r) for r in (1, 1.5, 2, 2.5, 3)])
+    feed(scheduler, 1, [4, 4, 5, 5, 6, 6], [0.1 * (1 + 0.5 * r) for r in (4, 4.5, 5, 5.5, 6)])
+    assert scheduler.policy.slowness(0) == scheduler.policy.slowness(1) == 1
+
+
 def test_adaptive_never_moves_between_members_of_one_speed():
     scheduler = Scheduler("adaptive", [10_000] * 3)
     measure(scheduler, [0.010, 0.011, 0.0105])  # within measurement noise of each other
