@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import time
+from pathlib import Path
 
-from benchmarks.fleet_sim.driver import Fleet
-from benchmarks.fleet_sim.pipeline import LearnerProfile, PipelineSimulation
-from benchmarks.fleet_sim.steptime import PROFILES
-from benchmarks.fleet_sim.workload import Workload
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+from benchmarks.fleet_sim.driver import Fleet  # noqa: E402
+from benchmarks.fleet_sim.pipeline import LearnerProfile, PipelineSimulation  # noqa: E402
+from benchmarks.fleet_sim.steptime import PROFILES  # noqa: E402
+from benchmarks.fleet_sim.workload import Workload  # noqa: E402
 
 SCENARIOS = {"paper": {}, "straggler": {"slow_engines": 1}}
 BOUNDS = (0, 1, 2, 4)

@@ -35,12 +35,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import time
+from pathlib import Path
 
-from benchmarks.fleet_sim.driver import Fleet, Simulation
-from benchmarks.fleet_sim.steptime import PROFILES
-from benchmarks.fleet_sim.workload import Workload
-from rstar2.fleet.scheduler import POLICIES
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+from benchmarks.fleet_sim.driver import Fleet, Simulation  # noqa: E402
+from benchmarks.fleet_sim.steptime import PROFILES  # noqa: E402
+from benchmarks.fleet_sim.workload import Workload  # noqa: E402
+from rstar2.fleet.scheduler import POLICIES  # noqa: E402
 
 AMPLE, TIGHT = 1024, 512  # KV tokens per trajectory dealt to an engine
 

@@ -209,6 +209,11 @@ FRAGMENTS = [command for command in CHECKED if not command.fenced and command.te
 def test_benchmark_lines_name_a_script_and_its_flags(command):
     name, args = script_args(command.text)
     assert (REPO / "benchmarks" / name).is_file(), f"{command.where}: no benchmarks/{name}"
+    source = (REPO / "benchmarks" / name).read_text()
+    first = re.search(r"^(from|import) benchmarks\b", source, re.M)
+    assert first is None or "sys.path.insert" in source[:first.start()], (
+        f"{command.where}: benchmarks/{name} imports the benchmarks package without putting the "
+        "repository on its path: run as shown, it stops at the import")
     flags = [word.partition("=")[0] for word in words(args) if word.startswith("-") and not NUMBER.match(word)]
     unknown = [flag for flag in flags if flag not in script_flags(name)]
     assert unknown == [], (f"{command.where}: benchmarks/{name} takes no {', '.join(unknown)} "
