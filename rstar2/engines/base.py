@@ -148,6 +148,13 @@ class TrainableEngine(Engine, Protocol):
         request in flight."""
         ...
 
+    async def release_cache(self) -> None:
+        """Forget every cached key/value and free its memory where it is this process's, with
+        no request in flight. A synchronous trainer calls it once a step's sampling is done,
+        so that the update beside it has that memory: the weights pushed after the update
+        would make the cache stale anyway."""
+        ...
+
 
 PauseMode = Literal["keep", "abort"]
 

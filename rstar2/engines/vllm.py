@@ -178,6 +178,11 @@ class VLLMEngine:
             await self.llm.reset_prefix_cache(reset_running_requests=True)
         self.weight_version = version
 
+    async def release_cache(self) -> None:
+        """Empty vLLM's prefix cache; its KV pool stays allocated on the GPU, where the update
+        does not share it (``TrainableEngine.release_cache``)."""
+        await self.llm.reset_prefix_cache()
+
     async def weight_digests(self) -> list[dict[str, str]]:
         """vLLM's sha256 of every parameter, one dict per worker (keys prefixed with the
         worker's parallel ranks, in vLLM's own layout: fused projections, shards)."""

@@ -166,6 +166,10 @@ class Fleet:
         # a member lost here is replaced, and given ``last_weights``
         await self.on_live_members(lambda member: member.update_weights(state_dict, version))
 
+    async def release_cache(self) -> None:
+        """Every live member forgets its cached keys/values (those in this process free them)."""
+        await self.on_live_members(lambda member: member.release_cache())
+
     async def pause(self, mode: PauseMode) -> None:
         """Every live member stops generating (``base.PausableEngine``); one that died
         meanwhile is lost here, as at any call."""

@@ -51,6 +51,12 @@ class Member(Protocol):
 
     async def update_weights(self, state_dict: Mapping, version: int | None = None) -> None: ...
 
+    async def release_cache(self) -> None:
+        """As ``engines.base.TrainableEngine.release_cache`` where the member's memory is this
+        process's; a no-op for a member in another process, whose memory the update here does
+        not share."""
+        ...
+
     async def pause(self, mode: PauseMode) -> None:
         """As ``engines.base.PausableEngine.pause``; ``EngineError`` where this kind cannot."""
         ...
@@ -86,6 +92,9 @@ class LocalMember:
 
     async def update_weights(self, state_dict: Mapping, version: int | None = None) -> None:
         await self.engine.update_weights(state_dict, version)
+
+    async def release_cache(self) -> None:
+        await self.engine.release_cache()
 
     async def pause(self, mode: PauseMode) -> None:
         if not isinstance(self.engine, PausableEngine):
@@ -176,6 +185,9 @@ class HTTPMember:
 
     async def resume(self) -> None:
         """Nothing was paused."""
+
+    async def release_cache(self) -> None:
+        """The server's memory is its own (its prefix cache goes with the next weights)."""
 
     def reseed(self, seed: int) -> None:
         """Servers keep their own randomness."""

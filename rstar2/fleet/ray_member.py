@@ -117,6 +117,9 @@ class RayMember:
     async def pause(self, mode: str) -> None:
         await self.call("pause", mode)
 
+    async def release_cache(self) -> None:
+        """The actor's memory is its own process's (its cache goes with the next weights)."""
+
     async def resume(self) -> None:
         await self.call("resume")
 

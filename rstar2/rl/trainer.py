@@ -269,6 +269,7 @@ class InStep:
         return decisions
 
     async def learn(self, sequences):
+        await self.trainer.sampler.engine.release_cache()  # nothing samples until the push
         return self.trainer.learner.learn(sequences)
 
     async def push(self, version: int) -> None:

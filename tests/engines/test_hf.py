@@ -205,3 +205,20 @@ def test_update_weights_keeps_outputs_for_same_weights_and_drops_caches(hf_engin
     asyncio.run(hf_engine.update_weights(hf_engine.model.state_dict()))
     assert not hf_engine.table.residents and not hf_engine.table.blocks
     assert generate(hf_engine, prompts[:1], GREEDY)[0].token_ids == before.token_ids
+
+
+def test_release_cache_frees_the_slots_and_refuses_while_requests_run(hf_engine, prompts):
+    before = generate(hf_engine, prompts[:1], GREEDY)[0]
+    assert hf_engine.table.cache.k.numel() > 0 and hf_engine.table.residents
+    asyncio.run(hf_engine.release_cache())
+    assert hf_engine.table.cache.k.numel() == 0 and not hf_engine.table.residents
+    assert not hf_engine.table.blocks and hf_engine.load().kv_used_tokens == 0
+    assert generate(hf_engine, prompts[:1], GREEDY)[0].token_ids == before.token_ids
+
+    async def while_running():
+        running = asyncio.ensure_future(hf_engine.generate(prompts[:1], GREEDY))
+        await until(lambda: hf_engine.table.n_active, what="decoding")
+        with pytest.raises(RuntimeError, match="in flight"):
+            await hf_engine.release_cache()
+        return await running
+    assert asyncio.run(while_running())[0].token_ids == before.token_ids

@@ -109,6 +109,23 @@ def test_kv_aware_never_books_beyond_capacity_and_keeps_each_trajectory_on_one_m
     assert sorted(turns.count(key) for key in set(turns)) == [TURNS] * 5
 
 
+def test_release_cache_frees_every_local_members_cache(hf_engine):
+    pair = engines(hf_engine, budget=4 * NEED)
+
+    async def go():
+        fleet = Fleet([LocalMember(e, f"m{i}") for i, e in enumerate(pair)], "adaptive", poll_s=0.05)
+        await asyncio.gather(*(one_trajectory(fleet, []) for _ in range(2)))
+        held = [e.table.cache.k.numel() for e in pair]
+        await fleet.release_cache()
+        return held, [e.table.cache.k.numel() for e in pair]
+    try:
+        held, released = asyncio.run(go())
+    finally:
+        for e in pair:
+            e.shutdown()
+    assert all(held) and released == [0, 0]
+
+
 def test_each_turn_names_its_trajectory_and_the_caller_names_its_group(hf_engine):
     """The fleet is told, not left to guess: a turn on a trajectory's own engine belongs to
     that trajectory; its group is the caller's (here two rollouts of problem p1, one of p2),

@@ -36,6 +36,7 @@ class Engine:
         self.version = None
         self.paused = None
         self.pauses = []
+        self.releases = 0  # by the synchronous step, before each update
 
     def samples_from(self, model):
         return False
@@ -52,6 +53,9 @@ class Engine:
     async def update_weights(self, state_dict, version=None):
         assert self.paused is not None or self.version is None or not self.running, "in flight, unpaused"
         self.version = version
+
+    async def release_cache(self):
+        self.releases += 1
 
     async def pause(self, mode):
         self.paused = mode
@@ -183,10 +187,12 @@ def test_the_staleness_bound_holds_whatever_order_groups_finish_in(tmp_path, k, 
 
 
 def test_each_batch_is_trained_once_in_the_synchronous_order(tmp_path):
-    _, _, _, sync = run(tmp_path / "sync", 0, seed=1, enabled=False)
+    _, engine, _, sync = run(tmp_path / "sync", 0, seed=1, enabled=False)
+    assert engine.releases == len(sync.trained)  # the cache freed for every update
     for k in (0, 2):
-        _, _, _, ahead = run(tmp_path / f"k{k}", k, seed=1)
+        _, engine, _, ahead = run(tmp_path / f"k{k}", k, seed=1)
         assert ahead.trained == sync.trained  # the same problems at the same steps
+        assert engine.releases == 0  # the engine samples on beside the update
 
 
 def test_k_zero_samples_every_batch_under_the_weights_of_its_own_step(tmp_path):

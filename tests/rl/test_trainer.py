@@ -59,10 +59,13 @@ def local_trainer(config, model, engine, sandbox, grader, problems, tokenizer=No
     return build_trainer(config, learner, engine, tokenizer, sandbox, grader, problems)
 
 
-async def train(config, model, engine, sandbox_url, resume=False):
+async def train(config, model, engine, sandbox_url, resume=False, on_learn=None):
     with Grader(workers=1) as grader:
         async with SandboxClient([sandbox_url]) as sandbox:
             trainer = local_trainer(config, model, engine, sandbox, grader, read_problems(config.data.train))
+            if on_learn is not None:
+                learn = trainer.learner.learn
+                trainer.learner.learn = lambda sequences: (on_learn(), learn(sequences))[1]
             trainer.restore(resume)
             await trainer.run()
             return trainer
@@ -82,10 +85,20 @@ def test_a_step_without_learning_signal_is_recorded_and_leaves_the_weights(tmp_p
     model = load_policy(config.model)
     engine = HFEngine(HFEngineConfig(dtype="float32", max_batch_size=4), model=model)
     before = snapshot(model)
+    sample, cached = engine.generate, []
+
+    async def generate(prompts, params):  # the slot cache each turn leaves behind
+        completions = await sample(prompts, params)
+        cached.append(engine.table.cache.k.numel())
+        return completions
+    engine.generate = generate
+    at_update = []
     try:
-        asyncio.run(train(config, model, engine, sandbox_url))
+        asyncio.run(train(config, model, engine, sandbox_url,
+                          on_learn=lambda: at_update.append(engine.table.cache.k.numel())))
     finally:
         engine.shutdown()
+    assert max(cached) > 0 and at_update == [0]  # sampling done, the update has that memory
     (row,) = read_metrics(config.run_dir)
     assert STEP_KEYS <= row.keys() and not UPDATE_KEYS & row.keys()
     assert row["reward/accuracy"] == 0.0 and row["roc/dropped_share"] == 1.0

@@ -181,6 +181,15 @@ class HFEngine:
             if self.queue or self.table.n_active:
                 self.start_stepping(asyncio.get_running_loop())
 
+    async def release_cache(self) -> None:
+        """Free the slot cache and the shared blocks (``TrainableEngine.release_cache``); the
+        next request allocates them again."""
+        with self.step_lock:
+            if self.table.n_active or self.queue:
+                raise RuntimeError("release_cache while requests are in flight")
+            self.drop_caches()
+            self.kv.measure([])
+
     def drop_caches(self) -> None:
         """Forget every cached key/value: parked sequences and shared blocks."""
         self.table.drop()
