@@ -11,7 +11,12 @@ key/value cache, a whole weight) still come from and go back to the system: kept
 the holes they leave made the CPU demo's memory grow by gigabytes over a run (a 1 GiB
 threshold: 15.8 GB at the end of a demo whose update needs about 6).
 
-The ``rstar2`` command calls it at start; a program using the library calls it itself, or sets
+The heap then keeps what an RL update freed (its activations) until it is reused, which the
+rollouts that follow do not do (their key/value cache is one large block of its own):
+``return_freed_memory`` hands the heap's free pages back to the system after each update, so a
+run's memory is the larger of its update and its rollouts, not their sum.
+
+The ``rstar2`` command calls ``keep_freed_memory`` at start; a program using the library calls it itself, or sets
 ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_``. Other C libraries (musl, macOS) are
 left as they are.
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 
 M_TRIM_THRESHOLD = -1  # glibc's mallopt parameters (malloc.h)
@@ -27,15 +33,30 @@ M_MMAP_THRESHOLD = -3
 THRESHOLD = 64 << 20  # blocks up to 64 MiB come from, and go back to, the heap
 
 
+@functools.cache
+def glibc() -> ctypes.CDLL | None:
+    """The C library where it is glibc (it has ``mallopt`` and ``malloc_trim``), else None."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        libc.mallopt, libc.malloc_trim  # noqa: B018 (glibc's own)
+    except (OSError, AttributeError, TypeError):
+        return None
+    return libc
+
+
 def keep_freed_memory() -> bool:
     """Raise glibc's mmap and trim thresholds (module docstring) unless the user set them;
     whether they are raised now."""
     if "MALLOC_MMAP_THRESHOLD_" in os.environ or "MALLOC_TRIM_THRESHOLD_" in os.environ:
         return False
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError, TypeError):  # not glibc
+    libc = glibc()
+    if libc is None:
         return False
-    return bool(mallopt(M_MMAP_THRESHOLD, THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, THRESHOLD))
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, THRESHOLD)) and bool(libc.mallopt(M_TRIM_THRESHOLD, THRESHOLD))
+
+
+def return_freed_memory() -> bool:
+    """Give the heap's free pages back to the system (glibc's ``malloc_trim``; module
+    docstring); whether any were given back."""
+    libc = glibc()
+    return bool(libc.malloc_trim(0)) if libc is not None else False

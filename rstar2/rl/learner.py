@@ -32,6 +32,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from rstar2.engines.base import TrainableEngine
+from rstar2.models.memory import return_freed_memory
 from rstar2.rl.config import InitConfig
 from rstar2.rl.loss import LossStats
 from rstar2.rl.update import UpdateSettings, policy_update, updates_over_parts, with_current_logprobs
@@ -159,10 +160,12 @@ class LocalLearner:
         if not self.colocated:
             sequences, drift = with_current_logprobs(self.model, sequences, self.settings.update)
             self.measured = drift.summary()
-        return updates_over_parts(
+        result = updates_over_parts(
             sequences, self.settings.updates_per_step,
             lambda part: policy_update(self.model, self.optimizer, self.scheduler, part,
                                        self.settings.update, self.reference))
+        return_freed_memory()  # the activations: the rollouts next do not reuse them
+        return result
 
     async def push_weights(self, version: int | None = None) -> None:
         """A colocated engine already reads the weights and only drops the keys/values the

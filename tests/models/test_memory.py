@@ -24,6 +24,31 @@ def test_thresholds_are_raised_unless_the_user_set_them():
     assert run({"MALLOC_TRIM_THRESHOLD_": "65536"}) == "False"
 
 
+TRIM = """
+import sys
+from rstar2.models.memory import keep_freed_memory, return_freed_memory
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 >> 20
+assert keep_freed_memory()
+base = rss()
+blocks = [bytearray(4 << 20) for _ in range(128)]  # 512 MiB in blocks the heap keeps
+held = rss() - base
+del blocks
+kept = rss() - base
+given_back = return_freed_memory()
+sys.stdout.write(f"{held} {kept} {given_back} {rss() - base}")
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
+def test_freed_blocks_stay_in_the_heap_until_given_back():
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("MALLOC_")}
+    held, kept, given_back, after = subprocess.run([sys.executable, "-c", TRIM], env=env, capture_output=True,
+                                                   text=True, check=True).stdout.split()
+    assert int(held) >= 500 and int(kept) >= 500  # freed, yet still the process's
+    assert given_back == "True" and int(after) < 50
+
+
 def test_the_command_raises_them_at_start(monkeypatch):
     import importlib
 
