@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from benchmarks.fleet_sim.driver import Fleet  # noqa: E402
+from benchmarks.fleet_sim.driver import Fleet, longest_context  # noqa: E402
 from benchmarks.fleet_sim.pipeline import LearnerProfile, PipelineSimulation  # noqa: E402
 from benchmarks.fleet_sim.steptime import PROFILES  # noqa: E402
 from benchmarks.fleet_sim.workload import Workload  # noqa: E402
@@ -53,7 +53,8 @@ def main() -> None:
     print(f"{args.engines} engines, {args.prompts} prompts x {args.rollouts_per_prompt} rollouts, "
           f"{args.steps} batches, policy {args.policy}, seed {args.seed}; {PROFILES[args.steptime].describe()}")
     for name in args.scenario or SCENARIOS:
-        fleet = dataclasses.replace(Fleet(engines=args.engines, kv_capacity_tokens=1024 * per_engine),
+        capacity = max(1024 * per_engine, longest_context(workload))  # one trajectory fits alone
+        fleet = dataclasses.replace(Fleet(engines=args.engines, kv_capacity_tokens=capacity),
                                     **SCENARIOS[name])
         started = time.monotonic()
         # the synchronous run without an update measures the rollout makespan the update is sized by

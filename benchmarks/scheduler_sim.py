@@ -41,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from benchmarks.fleet_sim.driver import Fleet, Simulation  # noqa: E402
+from benchmarks.fleet_sim.driver import Fleet, Simulation, longest_context  # noqa: E402
 from benchmarks.fleet_sim.steptime import PROFILES  # noqa: E402
 from benchmarks.fleet_sim.workload import Workload  # noqa: E402
 from rstar2.fleet.scheduler import POLICIES  # noqa: E402
@@ -74,7 +74,8 @@ def scenario(name: str, args: argparse.Namespace) -> tuple[Fleet, Workload]:
     if "tool_workers" in workload_changes:
         workload.tool_workers *= args.engines
     per_engine = args.prompts * args.rollouts_per_prompt // args.engines
-    fleet = Fleet(engines=args.engines, kv_capacity_tokens=kv_per_trajectory * per_engine,
+    capacity = max(kv_per_trajectory * per_engine, longest_context(workload))  # one fits alone
+    fleet = Fleet(engines=args.engines, kv_capacity_tokens=capacity,
                   steps=args.steps, **fleet_changes)
     return fleet, workload
 

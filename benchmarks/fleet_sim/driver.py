@@ -47,6 +47,12 @@ class StepResult:
     moves: int
 
 
+def longest_context(workload: Workload) -> int:
+    """The most KV one trajectory can hold: its prompt and its whole response budget (tool
+    responses count against it)."""
+    return workload.prompt_tokens + workload.max_response_tokens
+
+
 @dataclass
 class Simulation:
     fleet: Fleet
@@ -57,6 +63,11 @@ class Simulation:
 
     def __post_init__(self) -> None:
         f = self.fleet
+        if f.kv_capacity_tokens < longest_context(self.workload):
+            raise ValueError(
+                f"an engine's KV capacity ({f.kv_capacity_tokens} tokens) holds less than one "
+                f"trajectory's longest context ({longest_context(self.workload)}: prompt + response "
+                "budget); vLLM and SGLang refuse to start so. Give each engine more.")
         speeds = [f.slow_factor if i >= f.engines - f.slow_engines else 1.0
                   for i in range(f.engines)]
         self.engines = [SimEngine(i, f.kv_capacity_tokens, speeds[i], self.steptime, f.overflow)

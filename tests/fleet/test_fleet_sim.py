@@ -4,8 +4,9 @@ trajectory exactly once under every policy and overflow model."""
 
 import pytest
 
-from benchmarks.fleet_sim.driver import Fleet, Simulation
+from benchmarks.fleet_sim.driver import Fleet, Simulation, longest_context
 from benchmarks.fleet_sim.engine import Request, SimEngine
+from benchmarks.fleet_sim.pipeline import LearnerProfile, PipelineSimulation
 from benchmarks.fleet_sim.steptime import PROFILES
 from benchmarks.fleet_sim.workload import Trajectory, Workload
 from rstar2.fleet.scheduler import POLICIES
@@ -98,3 +99,20 @@ def test_a_simulated_step_finishes_every_trajectory_once_under_every_policy(over
         finished = [t.finished_at for t in simulation.trajectories.values()]
         assert len(finished) == 128 and all(f is not None for f in finished)
         assert len(simulation.done) == 128
+
+
+def test_an_engine_that_cannot_hold_one_trajectory_is_refused():
+    workload = Workload(prompts=4, rollouts_per_prompt=2)  # up to 600 + 8192 tokens each
+    with pytest.raises(ValueError, match="longest context"):
+        Simulation(Fleet(engines=2, kv_capacity_tokens=4096), workload, STEPTIME, "adaptive")
+
+
+@pytest.mark.parametrize("k", [0, 1, 2])
+def test_the_pipeline_trains_every_batch_within_its_staleness_bound(k):
+    workload = Workload(prompts=4, rollouts_per_prompt=4)
+    fleet = Fleet(engines=2, kv_capacity_tokens=longest_context(workload), slow_engines=1)
+    result = PipelineSimulation(fleet, workload, STEPTIME, "adaptive").run_pipeline(
+        3, LearnerProfile(update_s=20.0, push_s=2.0), k)
+    assert result.trajectories == 3 * 16 and result.wall_s > 0
+    assert result.staleness_max <= k and 0 <= result.staleness_mean <= k
+    assert 0 <= result.engine_idle_share < 1 and 0 <= result.learner_idle_share < 1
