@@ -51,6 +51,7 @@ from rstar2.eval.metrics import paired_difference
 from rstar2.eval.runner import SAMPLES_JSONL, EvalSettings, run_eval
 from rstar2.eval.samples import SampleOutcome, read_outcomes
 from rstar2.models.loading import load_tokenizer, loadable_model_dir
+from rstar2.models.memory import return_freed_memory
 from rstar2.recipe import ConfigError, describe_error, read_recipe
 from rstar2.reward import Grader
 from rstar2.run.config import RunConfig
@@ -241,6 +242,7 @@ async def train_and_evaluate(settings, config: RunConfig, tokenizer, sandbox, ur
             clock = time.perf_counter()
             cold_start = sft_config(config, settings.sft, traces)
             run_sft(cold_start, console=console, model=model, trained_by=f"rstar2 demo, SFT ({config.name})")
+            return_freed_memory()  # the SFT's optimizer and activations: RL builds its own
             losses = [row["sft/loss"] for row in read_metrics(cold_start.run_dir)]
             timings["sft"] = time.perf_counter() - clock
         sft = await evaluate("sft", model)
@@ -299,6 +301,7 @@ class Evaluator:
         out = self.run_dir / "eval" / label
         # run_eval's progress bar: a held-out evaluation is long work on a CPU
         document = await run_eval(self.settings, [self.benchmark], self.solve, out, reward=self.grader)
+        await self.engine.release_cache()  # training comes next, and new weights after it
         outcomes = list(read_outcomes(out / SAMPLES_JSONL).values())
         entry = document["benchmarks"][self.benchmark.name]
         phase = Phase(accuracy=entry["avg"], accuracy_ci=entry["avg_ci"],
