@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from rstar2.agent.card import read_card
 from rstar2.cli import app
 from rstar2.demo import pipeline
+from rstar2.engines.hf import HFEngine
 from rstar2.training.runlog import read_metrics
 
 # the arithmetic demo's sizes, set with --set demo.*
@@ -46,19 +47,26 @@ GSM8K_SIZES = [word for setting in (
 
 def demo(*args: str):
     """``rstar2 demo ARGS`` in this process, with the policies it loads recorded (``.loaded``):
-    the model directories the RL policy came from."""
+    the model directories the RL policy came from; and how often its engine freed its cache
+    (``.released``)."""
     loaded, load_policy = [], pipeline.load_policy
+    released, release_cache = [], HFEngine.release_cache
 
     def recording(config, *rest, **named):
         loaded.append(config.path)
         return load_policy(config, *rest, **named)
 
+    async def releasing(engine):
+        released.append(engine.table.cache.k.numel())
+        await release_cache(engine)
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(pipeline, "load_policy", recording)
+        patch.setattr(HFEngine, "release_cache", releasing)
         patch.setenv("COLUMNS", "1000")  # the closing lines unwrapped
         result = CliRunner().invoke(app, ["demo", "--device", "cpu", *args])
     assert result.exit_code == 0, result.output[-3000:]
-    result.loaded = loaded
+    result.loaded, result.released = loaded, released
     return result
 
 
@@ -133,6 +141,8 @@ def test_the_demo_runs_sft_rl_and_three_evaluations_and_writes_what_the_docs_lis
     assert any(line.startswith("held-out probes during RL: step 0 ") for line in first.output.splitlines())
     used = summary["rl_groups_used_per_step"]
     assert len(used) == RL_STEPS and all(0 <= share <= 1 for share in used)
+    # the engine's cache freed after each evaluation and before each update, each time in use
+    assert len(first.released) == 3 + RL_STEPS and all(first.released)
     assert set(summary["phase_seconds"]) == {"data", "sft", "rl", "eval_base", "eval_sft", "eval_final"}
     assert summary["wall_time_s"] > 0 and summary["dtypes"]["training"] in ("float32", "bfloat16")
     # data/: the sizes set, the SFT traces as chat conversations
