@@ -16,7 +16,8 @@ rollouts that follow do not do (their key/value cache is one large block of its 
 ``return_freed_memory`` hands the heap's free pages back to the system after each update, so a
 run's memory is the larger of its update and its rollouts, not their sum.
 
-The ``rstar2`` command calls ``keep_freed_memory`` at start; a program using the library calls it itself, or sets
+The ``rstar2`` command calls ``keep_freed_memory`` at start; a program using the library calls
+it itself, or sets
 ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_``. Other C libraries (musl, macOS) are
 left as they are.
 """
@@ -52,7 +53,8 @@ def keep_freed_memory() -> bool:
     libc = glibc()
     if libc is None:
         return False
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, THRESHOLD)) and bool(libc.mallopt(M_TRIM_THRESHOLD, THRESHOLD))
+    return (bool(libc.mallopt(M_MMAP_THRESHOLD, THRESHOLD))
+            and bool(libc.mallopt(M_TRIM_THRESHOLD, THRESHOLD)))
 
 
 def return_freed_memory() -> bool:
