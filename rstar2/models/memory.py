@@ -17,9 +17,8 @@ rollouts that follow do not do (their key/value cache is one large block of its 
 run's memory is the larger of its update and its rollouts, not their sum.
 
 The ``rstar2`` command calls ``keep_freed_memory`` at start; a program using the library calls
-it itself, or sets
-``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_``. Other C libraries (musl, macOS) are
-left as they are.
+it itself, or sets ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_``. Other C libraries
+(musl, macOS) are left as they are.
 """
 
 from __future__ import annotations
