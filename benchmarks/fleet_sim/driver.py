@@ -63,11 +63,12 @@ class Simulation:
 
     def __post_init__(self) -> None:
         f = self.fleet
-        if f.kv_capacity_tokens < longest_context(self.workload):
+        longest = longest_context(self.workload)
+        if f.kv_capacity_tokens < longest:
             raise ValueError(
                 f"an engine's KV capacity ({f.kv_capacity_tokens} tokens) holds less than one "
-                f"trajectory's longest context ({longest_context(self.workload)}: prompt + response "
-                "budget); vLLM and SGLang refuse to start so. Give each engine more.")
+                f"trajectory's longest context ({longest}: prompt + response budget); vLLM and "
+                "SGLang refuse to start so. Give each engine more.")
         speeds = [f.slow_factor if i >= f.engines - f.slow_engines else 1.0
                   for i in range(f.engines)]
         self.engines = [SimEngine(i, f.kv_capacity_tokens, speeds[i], self.steptime, f.overflow)

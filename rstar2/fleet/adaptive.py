@@ -87,11 +87,9 @@ class SpeedModel:
         """The median slope over pairs of one member's readings at different loads (0 where
         no member was read at two loads)."""
         slopes = []
-        for running, seconds in (member_rows.T for member_rows in rows):
-            first, second = np.triu_indices(len(running), k=1)
-            order = running[first] > running[second]
-            low = np.where(order, second, first)
-            high = np.where(order, first, second)
+        for member_rows in rows:
+            running, seconds = member_rows[np.argsort(member_rows[:, 0], kind="stable")].T
+            low, high = np.triu_indices(len(running), k=1)  # running[low] <= running[high]
             apart = running[high] - running[low] > 1e-9
             low, high = low[apart], high[apart]
             ratio = seconds[high] / seconds[low]
