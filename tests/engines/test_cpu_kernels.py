@@ -1,6 +1,6 @@
 """The fused CPU decode kernels against plain PyTorch: attention over a slot and a shared block
-with the new token's rotary embedding and cache write, the RMSNorm and the gated activation;
-their refusals; and the whole fused decode step against each family's own forward pass."""
+with the new tokens' rotary embedding and cache write (one token per sequence, or several), the
+RMSNorm, the gated activation and the sampler; and their refusals."""
 
 import pytest
 import torch
@@ -64,9 +64,10 @@ def attention_case(dtype, heads, kv_heads, dim, write_pos, block_lens, row_block
                 kv_heads=kv_heads, scale=dim ** -0.5)
 
 
-def run_attend(case, layer, first_slot=0, q_norm=None, k_norm=None):
+def run_attend(case, layer, slot=None, q_norm=None, k_norm=None):
+    slot = torch.arange(len(case["write_pos"])) if slot is None else torch.tensor(slot)
     return kernels.attend(case["qkv"], case["cos"], case["sin"], q_norm, k_norm, 1e-6,
-                          case["cache_k"], case["cache_v"], layer, first_slot, case["write_pos"],
+                          case["cache_k"], case["cache_v"], layer, slot, case["write_pos"],
                           [b[0] for b in case["blocks"]], [b[1] for b in case["blocks"]],
                           case["row_block"], case["heads"], case["kv_heads"], case["scale"])
 
@@ -101,11 +102,36 @@ def test_the_new_key_and_value_land_in_their_slot_and_nothing_else_changes():
     assert torch.equal(before_k, case["cache_k"]) and torch.equal(before_v, case["cache_v"])
 
 
-def test_rows_read_the_slots_from_first_slot_on():
+def test_each_token_reads_and_writes_the_slot_it_is_given():
     case = attention_case(torch.float32, 4, 2, 64, write_pos=[3, 9], block_lens=[], row_block=[-1, -1])
-    shifted = dict(case, cache_k=torch.cat([torch.zeros_like(case["cache_k"][:, :2]), case["cache_k"]], 1),
-                   cache_v=torch.cat([torch.zeros_like(case["cache_v"][:, :2]), case["cache_v"]], 1))
-    torch.testing.assert_close(run_attend(shifted, 0, first_slot=2), run_attend(case, 0))
+    # the same two sequences in slots 3 and 1 of five
+    spread = dict(case, cache_k=torch.zeros(2, 5, 2, 12, 64), cache_v=torch.zeros(2, 5, 2, 12, 64))
+    for slot, row in ((3, 0), (1, 1)):
+        spread["cache_k"][:, slot] = case["cache_k"][:, row]
+        spread["cache_v"][:, slot] = case["cache_v"][:, row]
+    torch.testing.assert_close(run_attend(spread, 0, slot=[3, 1]), run_attend(case, 0))
+    torch.testing.assert_close(spread["cache_k"][:, [3, 1]], case["cache_k"])
+    assert not spread["cache_k"][:, [0, 2, 4]].any()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_sequences_new_tokens_in_one_call_attend_as_if_fed_one_by_one(dtype):
+    """A prefill: slot 0 brings four new tokens (positions 5-8), slot 1 one (position 2), slot 2
+    seventy that cross the kernel's 64-key chunks; each token sees the keys of those before it."""
+    write = [5, 6, 7, 8, 2] + list(range(70))
+    slot = [0] * 4 + [1] + [2] * 70
+    case = attention_case(dtype, 9, 3, 64, write_pos=write, block_lens=[30], row_block=[0] * 5 + [-1] * 70)
+    cache = dict(cache_k=case["cache_k"][:, :3].clone(), cache_v=case["cache_v"][:, :3].clone())
+    together = dict(case, **cache)
+    out = run_attend(together, 1, slot=slot)
+    one_by_one = dict(case, cache_k=case["cache_k"][:, :3].clone(), cache_v=case["cache_v"][:, :3].clone())
+    for i in range(len(write)):
+        single = dict(one_by_one, qkv=case["qkv"][i:i + 1], cos=case["cos"][i:i + 1],
+                      sin=case["sin"][i:i + 1], write_pos=case["write_pos"][i:i + 1],
+                      row_block=case["row_block"][i:i + 1])
+        torch.testing.assert_close(run_attend(single, 1, slot=[slot[i]])[0], out[i], atol=0, rtol=0)
+    assert torch.equal(together["cache_k"], one_by_one["cache_k"])
+    assert torch.equal(together["cache_v"], one_by_one["cache_v"])
 
 
 def test_rms_norm_and_gated_activation_match_transformers_modules():
@@ -127,6 +153,7 @@ def test_rms_norm_and_gated_activation_match_transformers_modules():
 
 @pytest.mark.parametrize("change,message", [
     (dict(write_pos=[0, 500]), "write position beyond the slot"),
+    (dict(slot=[0, 2]), "a token beyond the slots"),
     (dict(row_block=[0, 3]), "no such block"),
     (dict(qkv="half the width"), "qkv must be a contiguous"),
     (dict(cache_k="float32"), "dtypes differ"),
@@ -143,10 +170,44 @@ def test_bad_inputs_are_refused_with_their_reason(change, message):
         case["cache_k"] = case["cache_k"].float()
         case["cache_v"] = case["cache_v"].float()
     with pytest.raises(RuntimeError, match=message):
-        run_attend(case, layer=0)
+        run_attend(case, layer=0, slot=change.get("slot"))
 
 
 def test_a_head_size_without_a_kernel_is_refused():
     case = attention_case(torch.float32, 4, 2, 32, write_pos=[1], block_lens=[], row_block=[-1])
     with pytest.raises(RuntimeError, match="head_dim 32"):
         run_attend(case, layer=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sample_draws_what_the_pytorch_sampler_draws_with_the_same_uniforms(dtype):
+    from rstar2.engines.sampling import sample_tokens
+
+    g = torch.Generator().manual_seed(0)
+    n, vocab = 400, 49152 + 5  # a tail beyond the vector width
+    logits = (torch.randn(n, vocab, generator=g) * 4).to(dtype)
+    temperature = [0.0 if i % 4 == 0 else [0.6, 1.0, 1.7][i % 3] for i in range(n)]
+    uniforms = torch.rand(n, generator=g).tolist()
+    ids, logprobs = kernels.sample(logits, torch.tensor(temperature), torch.tensor(uniforms))
+    ref_ids, ref_logprobs = sample_tokens(logits, temperature, [1.0] * n, uniforms=uniforms)
+    # the same token but where u lands within float32 rounding of a boundary of the CDF
+    assert (ids == ref_ids).float().mean() >= 0.99
+    scaled = logits.double() / torch.tensor([t or 1.0 for t in temperature]).double()[:, None]
+    expected = torch.log_softmax(scaled, -1).gather(1, ids[:, None]).squeeze(1)
+    torch.testing.assert_close(logprobs.double(), expected, atol=1e-4, rtol=0)
+    greedy = torch.tensor(temperature) == 0
+    assert torch.equal(ids[greedy], logits[greedy].float().argmax(-1))
+
+
+def test_sample_never_draws_a_masked_token_and_greedy_takes_the_first_largest():
+    inf = float("inf")
+    logits = torch.tensor([[-inf] * 20 + [1.0, 2.0] + [-inf] * 20] * 3 + [[0.0, 3.0, 3.0, 1.0] + [0.0] * 38])
+    ids, logprobs = kernels.sample(logits, torch.tensor([1.0, 1.0, 1e-30, 0.0]),
+                                   torch.tensor([0.0, 1.0 - 2 ** -24, 0.5, 0.0]))
+    assert ids.tolist() == [20, 21, 21, 1]
+    assert logprobs[2].item() == 0.0 and torch.isfinite(logprobs).all()
+
+
+def test_sample_refuses_mismatched_inputs():
+    with pytest.raises(RuntimeError, match="temperature and uniform"):
+        kernels.sample(torch.randn(3, 10), torch.ones(2), torch.zeros(3))

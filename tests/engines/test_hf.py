@@ -81,8 +81,8 @@ def record_seeded_draws(monkeypatch):
     logits, the token it got and how many rows shared the step."""
     draws = []
 
-    def recording(logits, temperature, top_p, generator=None, uniforms=None):
-        ids, logprobs = sample_tokens(logits, temperature, top_p, generator, uniforms)
+    def recording(logits, temperature, top_p, generator=None, uniforms=None, kernels=None):
+        ids, logprobs = sample_tokens(logits, temperature, top_p, generator, uniforms, kernels)
         for row, u in enumerate(uniforms or []):
             if u is not None:
                 draws.append(SeededDraw(u, logits[row].clone(), int(ids[row]), logits.shape[0]))
@@ -134,7 +134,8 @@ def test_a_seeded_request_draws_its_own_stream_however_it_is_batched(hf_engine, 
     assert [d.token for d in alone_draws] == alone.token_ids
     assert [d.token for d in crowd_draws] == in_crowd.token_ids
     for d in alone_draws + crowd_draws:  # the token is a function of the logits and the uniform
-        redrawn, _ = sample_tokens(d.logits[None], [1.0], [1.0], uniforms=[d.uniform])
+        redrawn, _ = sample_tokens(d.logits[None], [1.0], [1.0], uniforms=[d.uniform],
+                                   kernels=hf_engine.compute.kernels)
         assert int(redrawn) == d.token
     other_seed = generate(hf_engine, [prompts[2]], seeded.model_copy(update={"seed": 12}))[0]
     assert other_seed.token_ids != alone.token_ids

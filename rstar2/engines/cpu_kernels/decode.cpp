@@ -1,9 +1,10 @@
 // The CPU decode step's fused kernels (rstar2.engines.cpu_kernels says why they exist).
 //
-//   attend(qkv, cos, sin, q_norm, k_norm, eps, cache_k, cache_v, layer, first_slot, write_pos,
+//   attend(qkv, cos, sin, q_norm, k_norm, eps, cache_k, cache_v, layer, slot, write_pos,
 //          block_k, block_v, row_block, heads, kv_heads, scale) -> [n, heads * head_dim]
 //   rms_norm(x, weight, eps) -> x's shape and dtype
 //   silu_mul(gate_up) -> [n, intermediate]
+//   sample(logits, temperature, uniform) -> (ids [n] int64, logprobs [n] float32)
 //
 // Every kernel reads and writes the model's dtype (float32, bfloat16 or float16) and computes in
 // float32, rounding to the dtype where transformers' modules hand a tensor on (a normalised row,
@@ -179,8 +180,9 @@ void silu_mul_rows(const T* gu, T* out, int64_t rows, int64_t inter) {
 constexpr int CHUNK = 64;  // keys scored before their values are read
 constexpr int MAX_DIM = 256;
 
-struct Plan {  // one layer of one decode step
-  int64_t heads, kv_heads, dim, cap, slots, layer, first_slot;
+struct Plan {  // one layer of one step
+  int64_t heads, kv_heads, dim, cap, slots, layer;
+  const int64_t* slot;  // each token's slot
   const int64_t* write_pos;
   const int64_t* row_block;  // null: no row reads a block
   const float* cos;  // [n, dim]
@@ -295,6 +297,9 @@ void attend_task(const float (&qf)[G][D], const T* const* seg_k, const T* const*
   }
 }
 
+// Two passes over the step's tokens: every token's key and value go into its slot first, then
+// every token attends. Tokens of one sequence may share a step (a prefill of its new tokens):
+// each then reads the keys of those before it, which the first pass has written.
 template <typename T, int D, int G>
 void attend_layer(const Plan& p, const T* qkv, const T* q_norm, const T* k_norm, T* cache_k,
                   T* cache_v, const std::vector<at::Tensor>& block_k,
@@ -303,24 +308,29 @@ void attend_layer(const Plan& p, const T* qkv, const T* q_norm, const T* k_norm,
   const int64_t layer_size = p.slots * p.kv_heads * p.cap * D;
   T* lk = cache_k + p.layer * layer_size;
   T* lv = cache_v + p.layer * layer_size;
+  auto slot_of = [&](int64_t b, int64_t h, T* base) {
+    return base + (p.slot[b] * p.kv_heads + h) * p.cap * D;
+  };
+  at::parallel_for(0, n * p.kv_heads, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / p.kv_heads, h = task % p.kv_heads;
+      const T* row = qkv + b * width;
+      const int64_t pos = p.write_pos[b];
+      float kf[D];
+      head_in(row + (p.heads + h) * D, k_norm, p.cos + b * D, p.sin + b * D, p.eps, D, true, kf);
+      T* sk = slot_of(b, h, lk) + pos * D;
+      for (int d = 0; d < D; ++d) sk[d] = rounded<T>(kf[d]);
+      std::memcpy(slot_of(b, h, lv) + pos * D, row + (p.heads + p.kv_heads + h) * D, D * sizeof(T));
+    }
+  });
   at::parallel_for(0, n * p.kv_heads, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / p.kv_heads, h = task % p.kv_heads;
       const T* row = qkv + b * width;
-      const float* cos = p.cos + b * D;
-      const float* sin = p.sin + b * D;
-      // this token's key and value go into its slot first: it attends to itself
-      T* sk = lk + ((p.first_slot + b) * p.kv_heads + h) * p.cap * D;
-      T* sv = lv + ((p.first_slot + b) * p.kv_heads + h) * p.cap * D;
-      const int64_t pos = p.write_pos[b];
-      float kf[D];
-      head_in(row + (p.heads + h) * D, k_norm, cos, sin, p.eps, D, true, kf);
-      for (int d = 0; d < D; ++d) sk[pos * D + d] = rounded<T>(kf[d]);
-      std::memcpy(sv + pos * D, row + (p.heads + p.kv_heads + h) * D, D * sizeof(T));
       alignas(64) float qf[G][D];
       for (int i = 0; i < G; ++i) {
         float raw[D];
-        head_in(row + (h * G + i) * D, q_norm, cos, sin, p.eps, D, true, raw);
+        head_in(row + (h * G + i) * D, q_norm, p.cos + b * D, p.sin + b * D, p.eps, D, true, raw);
         // transformers rounds the rotated query to the dtype before attention
         for (int d = 0; d < D; ++d) qf[i][d] = float(rounded<T>(raw[d])) * p.scale;
       }
@@ -336,9 +346,9 @@ void attend_layer(const Plan& p, const T* qkv, const T* q_norm, const T* k_norm,
         seg_v[nseg] = block_v[p.row_block[b]].data_ptr<T>() + off;
         seg_len[nseg++] = blen;
       }
-      seg_k[nseg] = sk;
-      seg_v[nseg] = sv;
-      seg_len[nseg++] = pos + 1;
+      seg_k[nseg] = slot_of(b, h, lk);
+      seg_v[nseg] = slot_of(b, h, lv);
+      seg_len[nseg++] = p.write_pos[b] + 1;
       attend_task<T, D, G>(qf, seg_k, seg_v, seg_len, nseg, out + (b * p.heads + h * G) * D);
     }
   });
@@ -371,6 +381,76 @@ void attend_typed(const Plan& p, const at::Tensor& qkv, const c10::optional<at::
   TORCH_CHECK(false, "attend: head_dim ", p.dim, " (the kernel has 64 and 128)");
 }
 
+// ------------------------------------------------------------------------ sample
+
+// Below e^-87 vexp stops at ~1.6e-38 instead of going to 0; subtracting this and keeping the
+// positive part gives such weights (and a masked -inf logit's) exactly 0, and changes no other.
+constexpr float BELOW_EXP_RANGE = 1.7e-38f;
+
+inline V::R weight(V::R shifted) {
+  return V::max(V::sub(vexp(shifted), V::set1(BELOW_EXP_RANGE)), V::zero());
+}
+
+// One row of rstar2.engines.sampling.sample_tokens without nucleus truncation, in three passes
+// over the logits and no [n, vocab] temporaries: the largest logit, the softmax's normaliser of
+// (x - max) / t, then the first token whose running weight passes u times the normaliser (the
+// inverse-CDF draw); a greedy row (t = 0) takes the first largest logit, with its plain
+// softmax log-prob.
+template <typename T>
+void sample_row(const T* x, int64_t vocab, float temperature, float u, int64_t* id, float* logprob) {
+  V::R mv = V::set1(-std::numeric_limits<float>::infinity());
+  int64_t i = 0;
+  for (; i + V::W <= vocab; i += V::W) mv = V::max(mv, V::load(x + i));
+  float m = V::hmax(mv);
+  for (; i < vocab; ++i) m = std::max(m, float(x[i]));
+  const bool greedy = temperature == 0.f;
+  const V::R scale = V::set1(greedy ? 1.f : temperature);
+  const V::R mvec = V::set1(m);
+  V::R zv = V::zero();
+  for (i = 0; i + V::W <= vocab; i += V::W) zv = V::add(zv, weight(V::div(V::sub(V::load(x + i), mvec), scale)));
+  float z = V::hsum(zv);
+  const float t = greedy ? 1.f : temperature;
+  auto scalar_weight = [&](int64_t k) {
+    const float w = std::exp((float(x[k]) - m) / t);
+    return w < BELOW_EXP_RANGE ? 0.f : w;
+  };
+  for (int64_t k = i; k < vocab; ++k) z += scalar_weight(k);
+  int64_t pick = -1;
+  if (greedy) {
+    for (int64_t k = 0; k < vocab && pick < 0; ++k)
+      if (float(x[k]) == m) pick = k;
+  } else {
+    const float threshold = u * z;
+    float run = 0.f;
+    int64_t last_positive = 0;
+    alignas(64) float w[V::W];
+    for (i = 0; i + V::W <= vocab && pick < 0; i += V::W) {
+      V::store(w, weight(V::div(V::sub(V::load(x + i), mvec), scale)));
+      float chunk = 0.f;
+      for (int j = 0; j < V::W; ++j) chunk += w[j];
+      if (run + chunk <= threshold) {
+        run += chunk;
+        for (int j = 0; j < V::W; ++j) if (w[j] > 0.f) last_positive = i + j;
+        continue;
+      }
+      for (int j = 0; j < V::W && pick < 0; ++j) {
+        run += w[j];
+        if (w[j] > 0.f) last_positive = i + j;
+        if (run > threshold) pick = i + j;
+      }
+    }
+    for (int64_t k = i; k < vocab && pick < 0; ++k) {
+      const float wk = scalar_weight(k);
+      run += wk;
+      if (wk > 0.f) last_positive = k;
+      if (run > threshold) pick = k;
+    }
+    if (pick < 0) pick = last_positive;  // rounding left the sum short of the threshold
+  }
+  *id = pick;
+  *logprob = (float(x[pick]) - m) / t - std::log(z);
+}
+
 template <typename F>
 void by_dtype(at::ScalarType t, F&& f) {
   if (t == at::kFloat) return f(float{});
@@ -381,15 +461,16 @@ void by_dtype(at::ScalarType t, F&& f) {
 
 }  // namespace
 
-// qkv [n, (heads + 2 kv_heads) * head_dim], the fused projection (queries, keys, values);
-// cos/sin [n, head_dim] float32; cache_k/v [layers, slots, kv_heads, length, head_dim]; row b
-// writes its key/value at write_pos[b] of slot first_slot + b and attends to its block
+// qkv [n, (heads + 2 kv_heads) * head_dim], the fused projection (queries, keys, values) of n
+// tokens; cos/sin [n, head_dim] float32; cache_k/v [layers, slots, kv_heads, length, head_dim];
+// token b writes its key/value at write_pos[b] of slot slot[b] and attends to its block
 // (block_k/v[row_block[b]], [layers, kv_heads, block_len, head_dim], when row_block[b] >= 0)
-// and to its slot's positions 0..write_pos[b].
+// and to its slot's positions 0..write_pos[b]. Tokens of one slot are its consecutive new
+// tokens (a decode step has one per slot; a prefill, several), at distinct write positions.
 at::Tensor attend(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin,
                   const c10::optional<at::Tensor>& q_norm, const c10::optional<at::Tensor>& k_norm,
                   double eps, at::Tensor cache_k, at::Tensor cache_v, int64_t layer,
-                  int64_t first_slot, const at::Tensor& write_pos,
+                  const at::Tensor& slot, const at::Tensor& write_pos,
                   const std::vector<at::Tensor>& block_k, const std::vector<at::Tensor>& block_v,
                   const at::Tensor& row_block, int64_t heads, int64_t kv_heads, double scale) {
   const int64_t n = qkv.size(0), dim = cache_k.size(4);
@@ -401,12 +482,16 @@ at::Tensor attend(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor
   TORCH_CHECK(cos.scalar_type() == at::kFloat && cos.is_contiguous() && sin.is_contiguous() &&
               cos.size(0) == n && cos.size(1) == dim, "attend: cos/sin must be float32 [n, head_dim]");
   TORCH_CHECK(write_pos.scalar_type() == at::kLong && write_pos.numel() == n, "attend: write_pos");
-  TORCH_CHECK(first_slot >= 0 && first_slot + n <= cache_k.size(1), "attend: rows beyond the slots");
   TORCH_CHECK(heads % kv_heads == 0 && cache_k.size(2) == kv_heads, "attend: head counts");
   TORCH_CHECK(layer >= 0 && layer < cache_k.size(0), "attend: layer out of range");
+  TORCH_CHECK(slot.scalar_type() == at::kLong && slot.numel() == n && slot.is_contiguous(), "attend: slot");
+  TORCH_CHECK(write_pos.is_contiguous(), "attend: write_pos");
   const int64_t* wp = write_pos.data_ptr<int64_t>();
-  for (int64_t b = 0; b < n; ++b)
+  const int64_t* sp = slot.data_ptr<int64_t>();
+  for (int64_t b = 0; b < n; ++b) {
     TORCH_CHECK(wp[b] >= 0 && wp[b] < cache_k.size(3), "attend: write position beyond the slot");
+    TORCH_CHECK(sp[b] >= 0 && sp[b] < cache_k.size(1), "attend: a token beyond the slots");
+  }
   const bool blocks = row_block.numel() > 0;
   if (blocks) {
     TORCH_CHECK(row_block.scalar_type() == at::kLong && row_block.numel() == n, "attend: row_block");
@@ -417,7 +502,7 @@ at::Tensor attend(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor
                   block_k[i].scalar_type() == qkv.scalar_type() && block_k[i].size(1) == kv_heads &&
                   block_k[i].size(3) == dim, "attend: blocks must be contiguous [layers, kv_heads, len, head_dim]");
   }
-  Plan p{heads, kv_heads, dim, cache_k.size(3), cache_k.size(1), layer, first_slot, wp,
+  Plan p{heads, kv_heads, dim, cache_k.size(3), cache_k.size(1), layer, sp, wp,
          blocks ? row_block.data_ptr<int64_t>() : nullptr, cos.data_ptr<float>(),
          sin.data_ptr<float>(), static_cast<float>(eps), static_cast<float>(scale)};
   auto out = at::empty({n, heads * dim}, qkv.options());
@@ -454,8 +539,37 @@ at::Tensor silu_mul(const at::Tensor& gate_up) {
   return out;
 }
 
+// logits [n, vocab]; temperature [n] float32 (0: greedy); uniform [n] float32 in [0, 1), each
+// sampled row's draw (ignored for greedy rows). Returns each row's token and its log-prob
+// under softmax(logits / temperature) (plain softmax for greedy rows).
+std::vector<at::Tensor> sample(const at::Tensor& logits, const at::Tensor& temperature,
+                               const at::Tensor& uniform) {
+  TORCH_CHECK(logits.dim() == 2 && logits.is_contiguous(), "sample: a contiguous [n, vocab]");
+  const int64_t n = logits.size(0), vocab = logits.size(1);
+  TORCH_CHECK(vocab > 0, "sample: an empty vocabulary");
+  TORCH_CHECK(temperature.scalar_type() == at::kFloat && temperature.numel() == n &&
+              uniform.scalar_type() == at::kFloat && uniform.numel() == n &&
+              temperature.is_contiguous() && uniform.is_contiguous(),
+              "sample: temperature and uniform must be float32 [n]");
+  auto ids = at::empty({n}, logits.options().dtype(at::kLong));
+  auto logprobs = at::empty({n}, logits.options().dtype(at::kFloat));
+  const float* t = temperature.data_ptr<float>();
+  const float* u = uniform.data_ptr<float>();
+  int64_t* id = ids.data_ptr<int64_t>();
+  float* lp = logprobs.data_ptr<float>();
+  by_dtype(logits.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = logits.data_ptr<T>();
+    at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) sample_row<T>(x + r * vocab, vocab, t[r], u[r], id + r, lp + r);
+    });
+  });
+  return {ids, logprobs};
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("attend", &attend, "one decode step's attention of one layer, over slots and blocks");
+  m.def("attend", &attend, "one step's attention of one layer, over slots and blocks");
   m.def("rms_norm", &rms_norm, "transformers' RMSNorm, fused");
   m.def("silu_mul", &silu_mul, "silu(gate) * up, fused");
+  m.def("sample", &sample, "each row's next token and its log-prob, without nucleus truncation");
 }

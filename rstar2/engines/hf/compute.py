@@ -30,11 +30,13 @@ class Compute:
                                        cuda_graphs) if flat else None
         self.no_mask = torch.zeros((1, 1, 1, 1), dtype=torch.bool, device=self.device)
         self.stack: DecodeStack | None = None
+        self.kernels = None  # the fused kernels, where the step runs on them (sampling too)
         self.decode_path = "the model's forward pass" + (" (flat attention)" if flat else "")
         if not flat and decode_kernels:
             why_not = DecodeStack.why_not(model)
             if why_not is None:
-                self.stack = DecodeStack(model, cpu_kernels.decode_kernels())
+                self.kernels = cpu_kernels.decode_kernels()
+                self.stack = DecodeStack(model, self.kernels)
                 self.decode_path = "fused CPU kernels"
             else:
                 self.decode_path += f": no fused kernels ({why_not})"
@@ -65,7 +67,7 @@ class Compute:
         """The logits after one more token of every active sequence."""
         rows = self.table.active
         if self.stack is not None:
-            return self.fused_decode(rows)
+            return self.fused(list(enumerate(rows)))
         if not self.flat:
             return self.feed(0, len(rows))
         logits = self.decoder.step([r.pending[0] for r in rows], [r.used for r in rows],
@@ -74,24 +76,31 @@ class Compute:
             r.cached.append(r.pending.pop())
         return logits
 
-    def fused_decode(self, rows: list[Resident]) -> torch.Tensor:
-        """One decode step of ``rows`` (slots ``0..n-1``) through the fused kernels."""
-        write = [r.used for r in rows]
-        cache = self.table.cache
-        cache.reserve(len(self.table.residents), max(write) + 1)
+    def fused(self, rows: list[tuple[int, Resident]]) -> torch.Tensor:
+        """Feed every pending token of ``rows`` ((slot, resident) pairs) in one pass of the
+        fused kernels; returns the logits after each row's last token."""
+        ids, positions, write, slot, row_block, last = [], [], [], [], [], []
         blocks: list[slots.PrefixBlock] = []
         index: dict[int, int] = {}  # id(block) -> its place in ``blocks``
-        row_block = []
-        for r in rows:
+        for s, r in rows:
             if r.block is not None and id(r.block) not in index:
                 index[id(r.block)] = len(blocks)
                 blocks.append(r.block)
-            row_block.append(-1 if r.block is None else index[id(r.block)])
-        logits = self.stack.step(torch.tensor([r.pending[0] for r in rows]),
-                                 torch.tensor([len(r.cached) for r in rows]), torch.tensor(write),
-                                 cache.k, cache.v, 0, blocks, torch.tensor(row_block))
-        for r in rows:
-            r.cached.append(r.pending.pop())
+            n = len(r.pending)
+            ids += r.pending
+            positions += range(len(r.cached), len(r.cached) + n)
+            write += range(r.used, r.used + n)
+            slot += [s] * n
+            row_block += [-1 if r.block is None else index[id(r.block)]] * n
+            last.append(len(ids) - 1)
+        cache = self.table.cache
+        cache.reserve(len(self.table.residents), max(write) + 1)
+        logits = self.stack.step(torch.tensor(ids), torch.tensor(positions), torch.tensor(write),
+                                 torch.tensor(slot), cache.k, cache.v, blocks,
+                                 torch.tensor(row_block), torch.tensor(last))
+        for _, r in rows:
+            r.cached.extend(r.pending)
+            r.pending = []
         return logits
 
     def feed(self, start: int, end: int) -> torch.Tensor:

@@ -33,7 +33,7 @@ from rstar2.engines.hf.config import HFEngineConfig
 from rstar2.engines.hf.kv import KVBudget
 from rstar2.engines.hf.requests import Request, Resident, resolve
 from rstar2.engines.hf.sampling import draw, finish_reason
-from rstar2.engines.hf.table import SlotTable
+from rstar2.engines.hf.table import Placed, SlotTable
 from rstar2.models.cpu_share import ThreadGovernor
 from rstar2.models.device import resolve_device
 from rstar2.models.loading import load_model, load_tokenizer, set_cpu_threads
@@ -42,6 +42,11 @@ from rstar2.models.loading import load_model, load_tokenizer, set_cpu_threads
 AHEAD = 512
 """Generated tokens a request's slot has room for when it is admitted: a whole short answer
 (no growth while it decodes), while a long budget grows the cache as it is used."""
+
+FUSED_PREFILL = 256
+"""Most new tokens a sequence may bring to a fused step (a tool's output, a prompt after its
+shared block). The fused attention reads a sequence's keys once per new token, which beats
+the model's forward pass on a turn's few hundred tokens and loses to it on a long prompt."""
 
 
 class HFEngine:
@@ -235,11 +240,16 @@ class HFEngine:
         with self.step_lock:
             try:
                 with torch.inference_mode():
-                    if admitted:
-                        self.admit(admitted)
-                    if self.table.n_active:
-                        decoded = self.table.n_active
-                        self.accept(self.table.active, self.compute.decode())
+                    decoded = self.table.n_active
+                    placed = self.place(admitted) if admitted else None
+                    if placed is not None and self.fuses(placed):
+                        self.fused_step(placed)
+                    else:
+                        if placed is not None:
+                            self.prefill(placed)
+                            decoded = self.table.n_active
+                        if self.table.n_active:
+                            self.accept(self.table.active, self.compute.decode())
             except Exception as exc:  # fail the affected requests, keep serving
                 self.fail_in_flight(exc, admitted)
             self.kv.measure(self.table.active)
@@ -250,14 +260,35 @@ class HFEngine:
         self.inter_token_seconds += elapsed * decoded
         self.inter_tokens += decoded
 
-    def admit(self, requests: list[Request]) -> None:
-        """Give each request a slot (``SlotTable.place``), prefill what is new, and sample its
-        first token. The slot cache is grown once for all of them: a slot each, and the length
-        their prompts and up to ``AHEAD`` generated tokens reach (within their budgets)."""
+    def place(self, requests: list[Request]) -> Placed:
+        """Give each request a slot (``SlotTable.place``). The slot cache is grown once for
+        all of them: a slot each, and the length their prompts and up to ``AHEAD`` generated
+        tokens reach (within their budgets)."""
         reach = max(min(r.footprint, len(r.prompt) + AHEAD) for r in requests)
         capacity = self.config.max_batch_size + self.config.max_parked
         self.table.cache.reserve(min(len(self.table.residents) + len(requests), capacity), reach)
-        placed = self.table.place(requests, self.compute.compute_block)
+        return self.table.place(requests, self.compute.compute_block)
+
+    def fuses(self, placed: Placed) -> bool:
+        """Whether the new tokens of ``placed`` ride along this step's fused decode pass: on
+        the fused kernels, when each sequence brings at most ``FUSED_PREFILL`` of them."""
+        return self.compute.stack is not None and all(
+            len(r.pending) <= FUSED_PREFILL for r in placed.reps)
+
+    def fused_step(self, placed: Placed) -> None:
+        """One fused pass: a token of every sequence already decoding and the new tokens of
+        the admitted ones; identical new prompts are computed once and copied after."""
+        rows = self.table.active
+        originals = {id(copy): original for copy, original in placed.copies}
+        computed = [(slot, r) for slot, r in enumerate(rows) if id(r) not in originals]
+        logits = self.compute.fused(computed)
+        self.table.copy_twins(placed.copies)
+        where = {id(r): i for i, (_, r) in enumerate(computed)}
+        self.accept(rows, logits[[where[id(originals.get(id(r), r))] for r in rows]])
+
+    def prefill(self, placed: Placed) -> None:
+        """Prefill what is new in ``placed`` through the model's forward pass and sample each
+        one's first token."""
         if self.compute.flat:
             for resident in placed.reps:
                 self.table.inline_block(resident)
@@ -269,7 +300,7 @@ class HFEngine:
         """Sample each row's next token from its logits, then finish rows that are done."""
         self.table.clock += 1
         done = []
-        for r, (token, logprob) in zip(rows, draw(rows, logits, self.generator)):
+        for r, (token, logprob) in zip(rows, draw(rows, logits, self.generator, self.compute.kernels)):
             r.out_ids.append(token)
             r.out_logprobs.append(logprob)
             r.out_versions.append(self.weight_version)

@@ -15,16 +15,17 @@ from rstar2.engines.sampling import sample_tokens
 from rstar2.engines.seeds import request_uniform
 
 
-def draw(rows: list[Resident], logits: torch.Tensor, generator: torch.Generator
+def draw(rows: list[Resident], logits: torch.Tensor, generator: torch.Generator, kernels=None
          ) -> list[tuple[int, float]]:
-    """Each row's next token and its log-prob, read from the device once."""
+    """Each row's next token and its log-prob, read from the device once (drawn by the CPU
+    kernels ``kernels`` where given: ``sample_tokens``)."""
     params = [r.request.params for r in rows]
     uniforms = None
     if any(p.seed is not None for p in params):  # a seeded row's draw: its own stream
         uniforms = [None if p.seed is None else request_uniform(p.seed, len(r.out_ids))
                     for p, r in zip(params, rows)]
     ids, logprobs = sample_tokens(logits, [p.temperature for p in params],
-                                  [p.top_p for p in params], generator, uniforms)
+                                  [p.top_p for p in params], generator, uniforms, kernels)
     picked = torch.stack((ids.double(), logprobs.double())).tolist()  # ids are exact in float64
     return list(zip(map(int, picked[0]), picked[1]))
 

@@ -2,7 +2,7 @@
 
     reason = DecodeStack.why_not(model)       # None where the kernels and the model fit
     stack = DecodeStack(model, decode_kernels())
-    logits = stack.step(ids, positions, write_pos, cache_k, cache_v, first_slot, blocks, row_block)
+    logits = stack.step(ids, positions, write_pos, slot, cache_k, cache_v, blocks, row_block, last)
 
 A transformers decoder layer is some forty small operators; at one token per sequence each
 pays the framework's dispatch, and the attention kernels PyTorch has for the CPU read the
@@ -14,6 +14,11 @@ activation, and one matmul for the query/key/value projections and one for the g
 projections, whose weights are concatenated here. Those two concatenations are copies, so
 ``refresh`` renews them whenever the model's weights may have changed (the engine calls it
 on every ``update_weights``); every other weight is the model's own tensor.
+
+A step takes any number of new tokens per sequence: one for a sequence that decodes, several
+for one whose next turn (a tool's output) or prompt is fed in the same step. Feeding them here
+rather than through the model's forward pass saves that pass's framework overhead and a second
+read of every weight per step (docs/benchmarks.md has the cost).
 
 Llama (SmolLM2, Llama 3), Qwen2/2.5 and Qwen3 layers are read, with plain ``nn.Linear``
 projections (not a peft model's adapters) and the full-width rotary embedding; any other model
@@ -117,11 +122,13 @@ class DecodeStack:
                 k_norm=None if k_norm is None else k_norm.weight.detach()))
 
     def step(self, ids: torch.Tensor, positions: torch.Tensor, write_pos: torch.Tensor,
-             cache_k: torch.Tensor, cache_v: torch.Tensor, first_slot: int,
-             blocks: list, row_block: torch.Tensor) -> torch.Tensor:
-        """Logits ``[n, vocab]`` after one new token per row: row ``i`` feeds ``ids[i]`` at
-        rotary position ``positions[i]``, writes its key/value at ``write_pos[i]`` of slot
-        ``first_slot + i`` and reads ``blocks[row_block[i]]`` (a ``PrefixBlock``; -1: none)."""
+             slot: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor, blocks: list,
+             row_block: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+        """Logits ``[len(last), vocab]`` after the tokens ``last`` (indices into ``ids``): token
+        ``i`` is ``ids[i]`` at rotary position ``positions[i]``, writes its key/value at
+        ``write_pos[i]`` of slot ``slot[i]`` and reads ``blocks[row_block[i]]`` (a
+        ``PrefixBlock``; -1: none) and its slot up to ``write_pos[i]``; the new tokens of one
+        sequence are consecutive, in order."""
         k, model = self.kernels, self.model
         inner = model.model
         x = inner.embed_tokens(ids)
@@ -132,8 +139,10 @@ class DecodeStack:
         for index, w in enumerate(self.layers):
             qkv = F.linear(k.rms_norm(x, w.input_norm, self.eps), w.qkv, w.qkv_bias)
             attended = k.attend(qkv, cos, sin, w.q_norm, w.k_norm, self.eps, cache_k, cache_v, index,
-                                first_slot, write_pos, block_k, block_v, row_block, self.heads,
+                                slot, write_pos, block_k, block_v, row_block, self.heads,
                                 self.kv_heads, self.scale)
             x = x + F.linear(attended, w.o)
             x = x + F.linear(k.silu_mul(F.linear(k.rms_norm(x, w.post_norm, self.eps), w.gate_up)), w.down)
+        if len(last) != len(ids):
+            x = x[last].contiguous()
         return model.lm_head(k.rms_norm(x, inner.norm.weight, self.eps))
