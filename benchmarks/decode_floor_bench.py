@@ -18,7 +18,8 @@ The floor is what the hardware needs for the work, measured here in the same run
 
 The engine's figures: the median decode step (its ``Compute.decode``, timed around the call)
 after ``n`` distinct random prompts of ``context`` tokens are prefilled, with the fused kernels
-and, with ``--compare``, with the model's own forward pass; the prefill's seconds per token;
+and, with ``--compare``, with the model's own forward pass; the prefill's seconds per token
+(the step that admits the prompts);
 ``policy_update`` on random sequences of the CPU demo's shape. Prints one table per part, the
 ratios last.
 """
@@ -97,9 +98,11 @@ class Floor:
 
 
 def decode_steps(engine: HFEngine, batch: int, context: int, new_tokens: int) -> tuple[float, float]:
-    """(median decode step, prefill seconds per token) for ``batch`` random prompts."""
-    steps, prefills = [], []
-    decode, prefill = engine.compute.decode, engine.compute.prefill
+    """(median decode step, prefill seconds per token) for ``batch`` random prompts. The
+    prefill is the step that admits the prompts: their forward pass and one decode step, or,
+    for prompts of at most ``FUSED_PREFILL`` tokens, one pass of the fused kernels."""
+    steps, admissions = [], []
+    decode, step = engine.compute.decode, engine.step
 
     def timed_decode():
         start = time.perf_counter()
@@ -107,13 +110,13 @@ def decode_steps(engine: HFEngine, batch: int, context: int, new_tokens: int) ->
         steps.append(time.perf_counter() - start)
         return out
 
-    def timed_prefill(first, count):
+    def timed_step(admitted):
         start = time.perf_counter()
-        out = prefill(first, count)
-        prefills.append(time.perf_counter() - start)
-        return out
+        step(admitted)
+        if admitted:
+            admissions.append(time.perf_counter() - start)
 
-    engine.compute.decode, engine.compute.prefill = timed_decode, timed_prefill
+    engine.compute.decode, engine.step = timed_decode, timed_step
     try:
         g = torch.Generator().manual_seed(batch * 7919 + context)
         vocab = engine.model.config.vocab_size
@@ -121,9 +124,9 @@ def decode_steps(engine: HFEngine, batch: int, context: int, new_tokens: int) ->
         params = SamplingParams(temperature=1.0, max_tokens=new_tokens, stop_token_ids=())
         asyncio.run(engine.generate(prompts, params))
     finally:
-        engine.compute.decode, engine.compute.prefill = decode, prefill
+        engine.compute.decode, engine.step = decode, step
         engine.drop_caches()
-    return statistics.median(steps[1:]), sum(prefills) / (batch * context)
+    return statistics.median(steps[1:]), sum(admissions) / (batch * context)
 
 
 def update_time(dtype: str, sequences: int, length: int) -> tuple[float, int]:
