@@ -2,8 +2,8 @@
 needed.
 
     from rstar2.engines.cpu_kernels import decode_kernels
-    kernels = decode_kernels()       # .attend, .rms_norm, .silu_mul (decode.cpp), or
-                                     # KernelsUnavailable with the reason
+    kernels = decode_kernels()       # .attend, .rms_norm, .silu_mul, .sample (decode.cpp),
+                                     # or KernelsUnavailable with the reason
 
 Why they exist: a decode step of a small model on a CPU is mostly not its matmuls. PyTorch's
 CPU attention kernels (SDPA, the flash kernel, batched matmuls) read a decode step's cached
@@ -12,8 +12,9 @@ head is too small a matrix for them -- and a transformers layer is some forty sm
 each paying the framework's dispatch. ``decode.cpp`` does one layer's attention as one pass
 per (sequence, KV head) that reads each cached key and value once (online softmax over the
 shared prefix block and the sequence's own slot, the new token's rotary embedding and cache
-write folded in), and fuses the RMSNorm and the gated activation; the engine's decode step
-(``rstar2.engines.hf.stack``) is then nine calls per layer. docs/benchmarks.md has the step
+write folded in; a sequence may bring several new tokens, a prefill), fuses the RMSNorm and
+the gated activation, and draws each row's next token without float32 copies of the logits;
+the engine's decode step (``rstar2.engines.hf.stack``) is then nine calls per layer. docs/benchmarks.md has the step
 against its floor.
 
 How they are built: ``torch.utils.cpp_extension`` (ninja and the system's C++ compiler), for

@@ -5,7 +5,9 @@
 Continuous batching: every step admits waiting requests into free slots (prefilling only what
 is not already cached) and then decodes one token for every active sequence, so a rollout
 whose tool call just returned joins the very next step instead of waiting for the rest of its
-batch. The steps run on the submitting event loop, one at a time with the loop free in between
+batch. On the CPU's fused kernels the two are one pass: the new tokens of admitted sequences
+(up to ``engine.FUSED_PREFILL`` each) are fed with the decoding rows' tokens. The steps run on
+the submitting event loop, one at a time with the loop free in between
 (``engine`` says why not on a thread of their own), so tool calls and HTTP traffic flow
 between steps.
 
