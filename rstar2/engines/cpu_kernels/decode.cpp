@@ -404,12 +404,12 @@ void sample_row(const T* x, int64_t vocab, float temperature, float u, int64_t* 
   float m = V::hmax(mv);
   for (; i < vocab; ++i) m = std::max(m, float(x[i]));
   const bool greedy = temperature == 0.f;
-  const V::R scale = V::set1(greedy ? 1.f : temperature);
+  const float t = greedy ? 1.f : temperature;
+  const V::R scale = V::set1(t);
   const V::R mvec = V::set1(m);
   V::R zv = V::zero();
   for (i = 0; i + V::W <= vocab; i += V::W) zv = V::add(zv, weight(V::div(V::sub(V::load(x + i), mvec), scale)));
   float z = V::hsum(zv);
-  const float t = greedy ? 1.f : temperature;
   auto scalar_weight = [&](int64_t k) {
     const float w = std::exp((float(x[k]) - m) / t);
     return w < BELOW_EXP_RANGE ? 0.f : w;

@@ -30,16 +30,19 @@ class Compute:
                                        cuda_graphs) if flat else None
         self.no_mask = torch.zeros((1, 1, 1, 1), dtype=torch.bool, device=self.device)
         self.stack: DecodeStack | None = None
-        self.kernels = None  # the fused kernels, where the step runs on them (sampling too)
         self.decode_path = "the model's forward pass" + (" (flat attention)" if flat else "")
         if not flat and decode_kernels:
             why_not = DecodeStack.why_not(model)
             if why_not is None:
-                self.kernels = cpu_kernels.decode_kernels()
-                self.stack = DecodeStack(model, self.kernels)
+                self.stack = DecodeStack(model, cpu_kernels.decode_kernels())
                 self.decode_path = "fused CPU kernels"
             else:
                 self.decode_path += f": no fused kernels ({why_not})"
+
+    @property
+    def kernels(self):
+        """The fused CPU kernels where the step runs on them (its sampling too), else None."""
+        return self.stack.kernels if self.stack is not None else None
 
     def weights_changed(self) -> None:
         """The model's weights may have changed: the fused step re-reads them."""
