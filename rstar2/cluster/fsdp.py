@@ -27,15 +27,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
 from rstar2.rl.loss import LossStats
-from rstar2.rl.update import (
-    LogprobDrift,
-    UpdateSettings,
-    clip_and_step,
-    logprob_drift,
-    micro_batch_loss,
-    recompute_logprobs,
-    rescored,
-)
+from rstar2.rl.update import UpdateSettings, clip_and_step, micro_batch_loss, recompute_logprobs, rescored
 from rstar2.training.batch import TrainSequence, micro_batches
 from rstar2.training.packing import packed_attention
 
@@ -71,9 +63,11 @@ def rank_batches(batches: list, rank: int, world: int) -> list[tuple[object, flo
 
 
 def sharded_update(model, optimizer, scheduler, sequences: Sequence[TrainSequence],
-                   settings: UpdateSettings, mesh: DeviceMesh) -> tuple[LossStats, float]:
+                   settings: UpdateSettings, mesh: DeviceMesh,
+                   old_from_forward: bool = False) -> tuple[LossStats, float]:
     """One optimizer update of ``sequences`` over all ranks (each rank passes all of them);
-    the summed stats of every rank and the global gradient norm before clipping."""
+    the summed stats of every rank and the global gradient norm before clipping.
+    ``old_from_forward`` as in ``rstar2.rl.update.policy_update``."""
     rank, world = mesh.get_local_rank(), mesh.size()
     token_count = float(sum(s.loss_tokens for s in sequences))
     batches = micro_batches(sequences, settings.micro_batch_tokens)
@@ -82,7 +76,8 @@ def sharded_update(model, optimizer, scheduler, sequences: Sequence[TrainSequenc
     optimizer.zero_grad(set_to_none=True)
     with packed_attention(model):  # the backward pass too: checkpointed layers recompute there
         for batch, weight in rank_batches(batches, rank, world):
-            loss, batch_stats = micro_batch_loss(model, batch, token_count, settings)
+            loss, batch_stats = micro_batch_loss(model, batch, token_count, settings,
+                                                 old_from_forward=old_from_forward)
             (loss * (weight * world)).backward()  # FSDP averages over ranks; Eq. 6 sums
             if weight:
                 stats = stats + batch_stats
@@ -92,24 +87,21 @@ def sharded_update(model, optimizer, scheduler, sequences: Sequence[TrainSequenc
 
 
 def sharded_logprobs(model, sequences: Sequence[TrainSequence], settings: UpdateSettings,
-                     mesh: DeviceMesh) -> tuple[list[TrainSequence], LogprobDrift]:
+                     mesh: DeviceMesh) -> list[TrainSequence]:
     """``rstar2.rl.update.with_current_logprobs`` over the ranks: the same reordered sequences
-    with the current policy's log-probs, each rank scoring its share of the micro-batches, and
-    their drift from the engine's sampled log-probs over all ranks."""
+    with the current policy's log-probs, each rank scoring its share of the micro-batches."""
     rank, world = mesh.get_local_rank(), mesh.size()
     batches = micro_batches(sequences, settings.micro_batch_tokens)
-    scored, drift = {}, LogprobDrift()
+    scored = {}
     for batch, weight in rank_batches(list(range(len(batches))), rank, world):
         fresh = recompute_logprobs(model, batches[batch], settings)
         if weight:
-            drift = drift + logprob_drift(fresh, batches[batch])
             scored[batch] = fresh
-    gathered: list[tuple[dict, LogprobDrift] | None] = [None] * world
-    dist.all_gather_object(gathered, (scored, drift))
-    everything = {k: v for part, _ in gathered for k, v in part.items()}
-    total = sum((d for _, d in gathered[1:]), gathered[0][1])
+    gathered: list[dict | None] = [None] * world
+    dist.all_gather_object(gathered, scored)
+    everything = {k: v for part in gathered for k, v in part.items()}
     return [rescored(s, everything[b][row])
-            for b, batch in enumerate(batches) for row, s in enumerate(batch)], total
+            for b, batch in enumerate(batches) for row, s in enumerate(batch)]
 
 
 def sum_over_ranks(stats: LossStats, world: int) -> LossStats:

@@ -65,7 +65,6 @@ class DistributedLearner:
         self.job, self.settings, self.engine = job, settings, engine
         self.sync: WeightSync | None = None
         self.sync_seconds: list[float] = []
-        self.measured: dict[str, float] = {}
         self.checkpoints = settings.checkpoints
         learner = job.cluster.learner
         gpus = 1 if job.cluster.gpus_per_node else 0
@@ -102,14 +101,11 @@ class DistributedLearner:
         return ray.get(self.ranks[0].learning_rate.remote())
 
     def learn(self, sequences) -> tuple[LossStats | None, float | None]:
-        """The sharded update; its ``logprob_drift/*`` (the engine's sampled log-probs against
-        the learner's, so a stale or silent sync shows as a jump) go to ``measured``, which the
-        trainer adds to the step's metrics."""
-        self.measured = {}
+        """The sharded update, every rank given the same sequences; rank 0's answer (the stats
+        are summed over the ranks)."""
         if not sequences:
             return None, None
-        stats, grad_norm, self.measured = self.on_all("learn", ray.put(list(sequences)))[0]
-        return stats, grad_norm
+        return self.on_all("learn", ray.put(list(sequences)))[0]
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole policy, gathered from the shards (rank 0's answer)."""

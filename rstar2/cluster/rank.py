@@ -25,7 +25,7 @@ import torch.distributed as dist
 from rstar2.cluster.fsdp import shard_policy, sharded_logprobs, sharded_update
 from rstar2.rl.learner import LearnerSettings
 from rstar2.rl.loss import LossStats
-from rstar2.rl.update import updates_over_parts
+from rstar2.rl.update import old_logprobs_source, updates_over_parts
 from rstar2.training.batch import TrainSequence
 from rstar2.training.checkpoint import load_checkpoint, read, resolve_checkpoint, write_durably
 from rstar2.training.config import ModelConfig
@@ -77,16 +77,17 @@ class LearnerRank:
     def learning_rate(self) -> float:
         return self.scheduler.get_last_lr()[0]
 
-    def learn(self, sequences: list[TrainSequence]) -> tuple[LossStats, float, dict[str, float]]:
-        """As ``LocalLearner.learn`` with an engine holding its own copy: old log-probs under
-        the current weights (and their ``logprob_drift/*`` from the sampled ones), then
-        ``updates_per_step`` sharded updates."""
-        sequences, drift = sharded_logprobs(self.model, sequences, self.settings.update, self.mesh)
-        stats, grad_norm = updates_over_parts(
+    def learn(self, sequences: list[TrainSequence]) -> tuple[LossStats, float]:
+        """As ``LocalLearner.learn`` with an engine holding its own copy: the old log-probs
+        from the update's forward pass or recomputed over the ranks
+        (``rstar2.rl.update.old_logprobs_source``), then ``updates_per_step`` sharded updates."""
+        sequences, old_from_forward = old_logprobs_source(
+            sequences, self.settings.updates_per_step, sampled_here=False,
+            recompute=lambda them: sharded_logprobs(self.model, them, self.settings.update, self.mesh))
+        return updates_over_parts(
             sequences, self.settings.updates_per_step,
             lambda part: sharded_update(self.model, self.optimizer, self.scheduler, part,
-                                        self.settings.update, self.mesh))
-        return stats, grad_norm, drift.summary()
+                                        self.settings.update, self.mesh, old_from_forward))
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole policy on rank 0 (CPU tensors, transformers names); {} on the others."""

@@ -177,8 +177,8 @@ class RolloutEngineConfig(Section):
     dtype: Literal["float32", "bfloat16", "auto"] | None = None
     """'hf': null samples from the trainer's model itself (colocated, one copy of the weights);
     a dtype gives the engine its own copy in that dtype, loaded with the new weights after every
-    update, and the trainer then recomputes the old log-probs. bfloat16 samples faster than
-    float32 on bfloat16-capable CPUs (docs/benchmarks.md). 'auto' decides at start, as
+    update, and the trainer's own log-probs are then the old ones, the engine's weighting each
+    token. bfloat16 samples faster than float32 on bfloat16-capable CPUs (docs/benchmarks.md). 'auto' decides at start, as
     ``model.compute_dtype`` does, for a decode step's shapes. Not with LoRA. Fleet members and
     'vllm' load their copy in this dtype (null: ``model.dtype``)."""
     device: DeviceSetting | None = None

@@ -11,8 +11,9 @@ truncated at the cap (TIS) or zeroed outside [1/cap, cap] (MIS/IcePop), per toke
 (the geometric mean of its tokens' w). Tokens outside the loss mask get weight 0.
 
 The sums feed ``LossStats``: the applied weights' sum and largest value, how many tokens the
-cap changed (truncated or masked), and the k3 estimate of KL(π_engine ‖ π_trainer), which is the
-mismatch itself, whether or not anything is corrected.
+cap changed (truncated or masked), the k3 estimate of KL(π_engine ‖ π_trainer), which is the
+mismatch itself, whether or not anything is corrected, and the absolute log-prob differences'
+sum and largest value (``logprob_drift/*``: a stale or silent weight sync shows as a jump).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def behaviour_weights(
     mask = mask.bool()
     log_ratio = torch.where(mask, old_logprobs.detach() - behaviour_logprobs, 0.0)
     mismatch_k3 = torch.where(mask, log_ratio.exp() - 1 - log_ratio, 0.0)
+    drift = log_ratio.abs()
     if config.behaviour_correction_level == "sequence":
         log_ratio = rollout_mean(log_ratio, rollout_ids, mask)
     ratio = log_ratio.exp()
@@ -54,6 +56,8 @@ def behaviour_weights(
         "behaviour_weight_max": float(weights[mask].max()) if mask.any() else 0.0,
         "behaviour_corrected": float((corrected & mask).sum()),
         "mismatch_k3_sum": float(mismatch_k3.sum()),
+        "drift_abs_sum": float(drift.sum()),
+        "drift_abs_max": float(drift.max()) if drift.numel() else 0.0,
     }
 
 

@@ -16,10 +16,10 @@ same contract, so the step does not change when the learner does.
 
 Colocation: when the engine samples from this very model, the sampled log-probs are the old
 policy's and a weight push only drops the engine's stale caches; otherwise the engine holds its
-own copy, the push sends the state dict, and the old log-probs are recomputed before updating;
-their distance to the sampled ones is kept in ``measured`` (``logprob_drift/mean|max``, see
-``update.LogprobDrift``), which the trainer adds to the step's metrics, and the loss weights
-each token against the engine's sampling policy (``rstar2.rl.correction``).
+own copy, the push sends the state dict, the old log-probs are the trainer's at the step's
+weights (the update's own forward pass with one update a step, recomputed before the first of
+several), and the loss weights each token against the engine's sampling policy and measures how
+far the two are apart (``rstar2.rl.correction``: ``behaviour/*``, ``logprob_drift/*``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,13 @@ from rstar2.engines.base import TrainableEngine
 from rstar2.models.memory import return_freed_memory
 from rstar2.rl.config import InitConfig
 from rstar2.rl.loss import LossStats
-from rstar2.rl.update import UpdateSettings, policy_update, updates_over_parts, with_current_logprobs
+from rstar2.rl.update import (
+    UpdateSettings,
+    policy_update,
+    old_logprobs_source,
+    updates_over_parts,
+    with_current_logprobs,
+)
 from rstar2.training.batch import TrainSequence
 from rstar2.training.checkpoint import (
     CheckpointWriter,
@@ -73,10 +79,6 @@ class LearnerSettings:
 @runtime_checkable
 class Learner(Protocol):
     """What the trainer's step needs from whatever holds and trains the policy."""
-
-    measured: dict[str, float]
-    """What the last ``learn`` measured beside the loss (``logprob_drift/*`` where the old
-    log-probs were recomputed; empty otherwise); the trainer logs it with the step."""
 
     def restore(self, resume: bool) -> TrainingState | None:
         """Load the run's latest checkpoint when ``resume`` and one exists (weights, optimizer,
@@ -119,8 +121,6 @@ class LocalLearner:
         self.optimizer = build_optimizer(model.parameters(), settings.optimizer)
         self.scheduler = build_scheduler(self.optimizer, settings.optimizer, settings.total_updates)
         self.reference: torch.nn.Module | None = None
-        self.measured: dict[str, float] = {}
-        """Metrics the last ``learn`` measured besides its loss stats (``logprob_drift/*``)."""
         self.writer = CheckpointWriter(settings.checkpoints, keep_last=settings.keep_last)
 
     def restore(self, resume: bool) -> TrainingState | None:
@@ -154,16 +154,15 @@ class LocalLearner:
     def learn(self, sequences: list[TrainSequence]) -> tuple[LossStats | None, float | None]:
         """``updates_per_step`` optimizer updates (mini-batches); (None, None) when RoC left
         nothing to learn from (the step is skipped, as in the release)."""
-        self.measured = {}
         if not sequences:
             return None, None
-        if not self.colocated:
-            sequences, drift = with_current_logprobs(self.model, sequences, self.settings.update)
-            self.measured = drift.summary()
+        sequences, old_from_forward = old_logprobs_source(
+            sequences, self.settings.updates_per_step, sampled_here=self.colocated,
+            recompute=lambda them: with_current_logprobs(self.model, them, self.settings.update))
         result = updates_over_parts(
             sequences, self.settings.updates_per_step,
             lambda part: policy_update(self.model, self.optimizer, self.scheduler, part,
-                                       self.settings.update, self.reference))
+                                       self.settings.update, self.reference, old_from_forward))
         return_freed_memory()  # the activations: the rollouts next do not reuse them
         return result
 

@@ -64,6 +64,8 @@ class LossStats:
     behaviour_weight_max: float | None = None
     behaviour_corrected: float | None = None
     mismatch_k3_sum: float | None = None
+    drift_abs_sum: float | None = None
+    drift_abs_max: float | None = None
 
     def __add__(self, other: LossStats) -> LossStats:
         def combine(name: str, a: float | None, b: float | None) -> float | None:
@@ -77,7 +79,9 @@ class LossStats:
     def summary(self) -> dict[str, float]:
         """Token means: policy loss, clip fractions (low = ratio under 1 - clip_low with A < 0,
         high = over 1 + clip_high with A > 0, i.e. where the clip removed the gradient), mean
-        ratio, and entropy / KL when they were computed."""
+        ratio, and entropy / KL when they were computed; ``behaviour/*`` and ``logprob_drift/*``
+        (the engine's sampled log-probs against the trainer's) where the engine sampled from
+        another copy of the weights."""
         n = max(self.tokens, 1.0)
         means = {
             "loss/tokens": self.tokens,
@@ -97,6 +101,8 @@ class LossStats:
                 "behaviour/weight_max": self.behaviour_weight_max,
                 "behaviour/corrected_share": self.behaviour_corrected / n,
                 "behaviour/mismatch_kl": self.mismatch_k3_sum / n,
+                "logprob_drift/mean": self.drift_abs_sum / n,
+                "logprob_drift/max": self.drift_abs_max,
             })
         return means
 

@@ -13,9 +13,9 @@ by the mode's rules; the paper's Fig. 4 quantity is ``tools/error_ratio_in_posit
 tokens, tool responses included) and
 ``response/truncated_ratio``. Over the kept rollouts, the ones the update saw: ``reward/mean`` (absent when RoC kept none).
 Then RoC's group counts (``roc.decision_counts``), the loss stats of the update (entropy, clip
-fractions, ...), ``train/grad_norm``, ``train/lr`` and ``time/*`` seconds by phase. The trainer
-adds what the learner measured, ``logprob_drift/mean|max`` when it recomputes the old log-probs
-(``update.LogprobDrift``), and ``weights/version_min|max|lag`` (``weight_version_metrics``):
+fractions, ``behaviour/*`` and ``logprob_drift/mean|max`` where the engine samples from its own
+copy of the weights, ...), ``train/grad_norm``, ``train/lr`` and ``time/*`` seconds by phase. The
+trainer adds ``weights/version_min|max|lag`` (``weight_version_metrics``):
 the learner steps whose weights the engines sampled the step under, and how far the oldest is
 behind the step's own, so a skipped or stale weight sync shows as a lag above 0.
 """

@@ -15,8 +15,9 @@ the ``Sampler`` that rolls out and grades (``rstar2.rl.sampler``) and the traini
 3. RoC keeps G of each group (its generator seeded by ``[seed, step]``) and drops groups
    without signal;
 4. advantages over the kept rollouts;
-5. learn: ``updates_per_step`` optimizer updates (the learner recomputes the old log-probs if
-   its engine holds another copy of the weights), then the engine gets the new weights;
+5. learn: ``updates_per_step`` optimizer updates (where the engine holds another copy of the
+   weights, the old log-probs are the trainer's and the sampled ones weight each token, see
+   ``learner``), then the engine gets the new weights;
 6. log: metrics to ``metrics.jsonl`` and the console, sampled groups to
    ``rollouts/step_N.jsonl``; checkpoint (atomic, written while the next step runs), so a run
    killed at any moment loses at most the step in progress and the one being written.
@@ -189,7 +190,6 @@ class Trainer:
         timings = {**batch.timings, "update": time.perf_counter() - update_started,
                    "step": time.perf_counter() - started}
         metrics = step_metrics(batch.groups, decisions, stats, grad_norm, lr, timings)
-        metrics.update(self.learner.measured)
         metrics.update(weight_version_metrics([r for g in batch.groups for r in g], step))
         metrics.update(batches.metrics(step, kept_rollouts(batch.groups, decisions)))
         scores = [r.score for g in batch.groups for r in g if r.score is not None]

@@ -13,11 +13,13 @@ token is predicted (not on prompts, tool responses or padding); the loss sees th
 in row order, each with its own old log-prob and its sequence's advantage.
 
 ``recompute_logprobs`` re-scores sequences under the current weights without gradients: the old
-log-probs when the policy moved since sampling (an engine holding another copy of the weights,
-or a later mini-batch of the same step), and the reference log-probs of the KL option.
-``with_current_logprobs`` also measures the ``LogprobDrift`` between the sampled log-probs and
-that recomputation (the trainer's ``logprob_drift/*`` metrics) and keeps the sampled ones as the
-behaviour log-probs, against which the loss weights each token (``rstar2.rl.correction``).
+log-probs when the policy moved since sampling (a later mini-batch of the same step), and the
+reference log-probs of the KL option. Where the engine sampled from its own copy of the weights
+(``with_engine_logprobs``), those are the behaviour log-probs, against which the loss weights each
+token (``rstar2.rl.correction``) and measures their drift; the old log-probs are then the
+trainer's at the step's weights: with one update a step, the update's own forward pass, detached
+(``old_from_forward``), which spares a second pass over the batch; with several,
+``with_current_logprobs`` recomputes them before the first.
 """
 
 from __future__ import annotations
@@ -56,20 +58,41 @@ def policy_update(
     sequences: Sequence[TrainSequence],
     settings: UpdateSettings,
     reference: torch.nn.Module | None = None,
+    old_from_forward: bool = False,
 ) -> tuple[LossStats, float]:
     """Backpropagate the GRPO-RoC loss of ``sequences`` and step the optimizer once; returns
-    the summed loss stats and the gradient norm before clipping."""
+    the summed loss stats and the gradient norm before clipping. ``old_from_forward``: the old
+    log-probs are this pass's own, detached (the weights have not moved since the engine
+    sampled), not the sequences' ``old_logprobs``."""
     token_count = float(sum(s.loss_tokens for s in sequences))
     stats = LossStats()
     model.train()
     optimizer.zero_grad(set_to_none=True)
     with packed_attention(model):
         for batch in micro_batches(sequences, settings.micro_batch_tokens):
-            loss, batch_stats = micro_batch_loss(model, batch, token_count, settings, reference)
+            loss, batch_stats = micro_batch_loss(model, batch, token_count, settings, reference,
+                                                 old_from_forward)
             loss.backward()
             stats = stats + batch_stats
             del loss
     return stats, float(clip_and_step(model, optimizer, scheduler, settings.max_grad_norm))
+
+
+def old_logprobs_source(sequences: list[TrainSequence], updates: int, sampled_here: bool,
+                        recompute: Callable[[list[TrainSequence]], list[TrainSequence]]
+                        ) -> tuple[list[TrainSequence], bool]:
+    """Where a step's old log-probs come from, and the sequences ready for it; the bool says
+    whether the update takes them from its own forward pass (``old_from_forward``). Shared by
+    the single-process and the sharded learner. Where the engine sampled from this very model
+    (``sampled_here``), the sampled ones. Else the engine's become the behaviour log-probs and
+    the old ones are the trainer's: with one update a step, the update's own forward pass (the
+    weights have not moved since sampling, and a second pass over the batch is spared); with
+    several, ``recompute`` (``with_current_logprobs`` or its sharded form) before the first."""
+    if sampled_here:
+        return sequences, False
+    if updates == 1:
+        return with_engine_logprobs(sequences), True
+    return recompute(sequences), False
 
 
 def updates_over_parts(sequences: Sequence[TrainSequence], updates: int,
@@ -105,6 +128,7 @@ def micro_batch_loss(
     token_count: float,
     settings: UpdateSettings,
     reference: torch.nn.Module | None = None,
+    old_from_forward: bool = False,
 ) -> tuple[torch.Tensor, LossStats]:
     """The loss of one micro-batch, already divided by the whole update's ``token_count``
     (so micro-batch gradients sum to Eq. 6's token mean), and its stats. Called inside
@@ -117,7 +141,8 @@ def micro_batch_loss(
         logits, targets = trained_logits(model, row)
     logprobs = token_logprobs(logits, targets, settings.temperature)[:, None]
     members = [batch[i] for i in row.sources]
-    old = loss_token_values(members, lambda s: s.old_logprobs, logprobs.device)
+    old = logprobs.detach() if old_from_forward else loss_token_values(members, lambda s: s.old_logprobs,
+                                                                         logprobs.device)
     advantages = loss_token_values(members, lambda s: [s.advantage] * len(s.loss_mask), logprobs.device)[:, 0]
     return policy_loss(logprobs, old, advantages, torch.ones_like(old, dtype=torch.bool), settings.loss,
                        token_count=token_count, ref_logprobs=ref, entropy=batch_entropy(logits, settings)[:, None],
@@ -171,46 +196,22 @@ def recompute_logprobs(model: torch.nn.Module, sequences: Sequence[TrainSequence
     return fresh
 
 
-@dataclass(frozen=True)
-class LogprobDrift:
-    """How far the learner's recomputed log-probs are from the ones the engine sampled with,
-    over the loss tokens (absolute differences). Other kernels, another dtype (a bf16 engine
-    copy of fp32 weights) or a stale engine copy all show here: the PPO ratio of the first
-    update starts this far from 1 before the policy has moved at all."""
-
-    tokens: int = 0
-    abs_sum: float = 0.0
-    abs_max: float = 0.0
-
-    def __add__(self, other: LogprobDrift) -> LogprobDrift:
-        return LogprobDrift(self.tokens + other.tokens, self.abs_sum + other.abs_sum,
-                            max(self.abs_max, other.abs_max))
-
-    def summary(self) -> dict[str, float]:
-        return {"logprob_drift/mean": self.abs_sum / max(self.tokens, 1),
-                "logprob_drift/max": self.abs_max}
-
-
-def logprob_drift(fresh: Sequence[Sequence[float]], batch: Sequence[TrainSequence]) -> LogprobDrift:
-    """The drift of ``recompute_logprobs``'s answer for ``batch`` from its sampled log-probs."""
-    delta = [abs(now - then) for sequence, values in zip(batch, fresh)
-             for now, then, m in zip(values, sequence.old_logprobs, sequence.loss_mask) if m]
-    if not delta:
-        return LogprobDrift()
-    return LogprobDrift(len(delta), float(sum(delta)), float(max(delta)))
-
-
 def with_current_logprobs(
     model: torch.nn.Module, sequences: Sequence[TrainSequence], settings: UpdateSettings
-) -> tuple[list[TrainSequence], LogprobDrift]:
+) -> list[TrainSequence]:
     """``sequences`` (reordered by length) with their old log-probs replaced by the current
-    policy's, and how far those are from the sampled ones they replace."""
-    result, drift = [], LogprobDrift()
+    policy's, the sampled ones kept as their behaviour log-probs."""
+    result = []
     for batch in micro_batches(sequences, settings.micro_batch_tokens):
         fresh = recompute_logprobs(model, batch, settings)
-        drift = drift + logprob_drift(fresh, batch)
         result += [rescored(sequence, values) for sequence, values in zip(batch, fresh)]
-    return result, drift
+    return result
+
+
+def with_engine_logprobs(sequences: Sequence[TrainSequence]) -> list[TrainSequence]:
+    """``sequences`` with their sampled log-probs as the behaviour log-probs, for an update
+    whose old log-probs are its own forward pass (``policy_update(old_from_forward=True)``)."""
+    return [dataclasses.replace(s, behaviour_logprobs=s.old_logprobs) for s in sequences]
 
 
 def rescored(sequence: TrainSequence, fresh: list[float]) -> TrainSequence:

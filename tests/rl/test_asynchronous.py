@@ -105,7 +105,6 @@ class Learner:
 
     def __init__(self, engine: Engine, delays: random.Random, checkpoints: dict | None = None):
         self.engine, self.delays = engine, delays
-        self.measured = {}
         self.trained: list[list[str]] = []
         self.checkpoints = {} if checkpoints is None else checkpoints
 

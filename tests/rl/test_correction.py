@@ -94,14 +94,16 @@ def test_the_loss_scales_each_tokens_term_by_its_weight():
 
 def test_stats_of_micro_batches_add_sums_and_keep_the_largest_weight():
     first = LossStats(tokens=2, behaviour_weight_sum=2.5, behaviour_weight_max=1.5, behaviour_corrected=0,
-                      mismatch_k3_sum=0.1)
+                      mismatch_k3_sum=0.1, drift_abs_sum=0.4, drift_abs_max=0.3)
     second = LossStats(tokens=2, behaviour_weight_sum=3.0, behaviour_weight_max=2.0, behaviour_corrected=1,
-                       mismatch_k3_sum=0.3)
+                       mismatch_k3_sum=0.3, drift_abs_sum=0.2, drift_abs_max=0.1)
     both = (first + second).summary()
     assert both["behaviour/weight_mean"] == pytest.approx(5.5 / 4)
     assert both["behaviour/weight_max"] == 2.0
     assert both["behaviour/corrected_share"] == pytest.approx(0.25)
     assert both["behaviour/mismatch_kl"] == pytest.approx(0.1)
+    assert both["logprob_drift/mean"] == pytest.approx(0.15)
+    assert both["logprob_drift/max"] == 0.3
 
 
 def test_the_learner_corrects_only_against_an_engine_with_its_own_copy(tmp_path, rl_data, engines):  # noqa: F811

@@ -37,7 +37,8 @@ async def wait_replaced(fleet: Fleet, timeout_s: float = 300) -> None:
         await asyncio.sleep(0.5)
 
 
-def test_a_killed_actor_is_replaced_and_its_work_reruns(cluster):
+@pytest.mark.slow  # CI kills an engine actor in a whole asynchronous run (tests/cluster/test_async_cluster_run.py)
+def test_a_killed_actor_is_replaced_and_its_work_reruns(cluster):  # and replaces one (tests/cluster/test_weight_sync.py)
     async def run():
         members = [RayMember(SETTINGS, name=f"actor{i}") for i in range(2)]
         fleet = Fleet(members, "kv_aware", poll_s=0.1)

@@ -104,7 +104,7 @@ def test_checkpointed_layers_give_the_update_of_the_plain_model():
 
 def test_recomputed_old_logprobs_make_the_first_ratio_one():
     model = tiny_model()
-    fresh, _ = with_current_logprobs(model, SEQUENCES, SETTINGS)
+    fresh = with_current_logprobs(model, SEQUENCES, SETTINGS)
     assert sorted(s.advantage for s in fresh) == sorted(s.advantage for s in SEQUENCES)
     optimizer = build_optimizer(model.parameters(), OptimizerConfig(lr=1e-3, warmup_steps=0))
     scheduler = build_scheduler(optimizer, OptimizerConfig(lr=1e-3, warmup_steps=0))

@@ -57,20 +57,29 @@ def gradients(model, loss: torch.Tensor) -> dict[str, torch.Tensor]:
     return named
 
 
+@pytest.fixture(scope="module")
+def one_by_one(model, sequences):
+    """The summed NLL of the traces one by one and its gradients, which every packing must give;
+    computed once (the packing tests leave the weights as they are)."""
+    nll = unpacked_nll(model, sequences)
+    return nll.detach(), gradients(model, nll)
+
+
 @pytest.mark.parametrize("batched", [False, True], ids=["call-per-sequence", "one-padded-batch"])
 @pytest.mark.parametrize("row_tokens, share_prefix, rows", [(10_000, True, 1), (200, True, 2), (300, False, 3)])
-def test_a_packed_batch_has_the_loss_and_gradients_of_its_sequences_one_by_one(model, sequences, row_tokens,
-                                                                             share_prefix, rows, batched):
+def test_a_packed_batch_has_the_loss_and_gradients_of_its_sequences_one_by_one(model, sequences, one_by_one,
+                                                                             row_tokens, share_prefix, rows,
+                                                                             batched):
     """Both attention layouts (a call per sequence, the CPU's; one padded batch, a GPU's)."""
+    reference, reference_grads = one_by_one
     packed_rows = pack_rows(sequences, row_tokens, share_prefix)
     assert len(packed_rows) == rows and all((row.prefix > 90) == share_prefix for row in packed_rows)
+    attention = model.config._attn_implementation
     with packed_attention(model):
         packed = sum(packed_nll(model, row, batched) for row in packed_rows)
-    attention = model.config._attn_implementation
-    reference = unpacked_nll(model, sequences)  # the model attends as before the block
-    torch.testing.assert_close(packed, reference, rtol=1e-5, atol=1e-4)
-    packed_grads, reference_grads = gradients(model, packed), gradients(model, unpacked_nll(model, sequences))
-    assert model.config._attn_implementation == attention
+    assert model.config._attn_implementation == attention  # the model attends as before the block
+    torch.testing.assert_close(packed.detach(), reference, rtol=1e-5, atol=1e-4)
+    packed_grads = gradients(model, packed)
     for name, grad in reference_grads.items():  # equal up to float32 summation order
         assert (packed_grads[name] - grad).norm() <= 1e-4 * grad.norm(), name
 
