@@ -30,6 +30,7 @@ from rstar2.rl.loss import LossStats
 from rstar2.rl.update import UpdateSettings, clip_and_step, micro_batch_loss, recompute_logprobs, rescored
 from rstar2.training.batch import TrainSequence, micro_batches
 from rstar2.training.packing import packed_attention
+from rstar2.training.policy import activations_checkpointed, checkpoint_activations
 
 
 def shard_policy(model: torch.nn.Module, mesh: DeviceMesh, compute_dtype: str) -> torch.nn.Module:
@@ -38,8 +39,8 @@ def shard_policy(model: torch.nn.Module, mesh: DeviceMesh, compute_dtype: str) -
 
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
         if compute_dtype == "bfloat16" else MixedPrecisionPolicy()
-    if getattr(model, "is_gradient_checkpointing", False):  # transformers models only have it
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if activations_checkpointed(model):
+        checkpoint_activations(model, use_reentrant=False)
     for layer in decoder_layers(model):
         fully_shard(layer, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)

@@ -42,10 +42,32 @@ def load_policy(config: ModelConfig) -> torch.nn.Module:
             if parameter.requires_grad:
                 parameter.data = parameter.data.float()
     if config.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        checkpoint_activations(model)
         if config.lora is not None:
             model.enable_input_require_grads()
     return model.train()
+
+
+def checkpoint_activations(model: torch.nn.Module, **checkpoint_kwargs) -> None:
+    """Recompute each decoder layer's activations in the backward pass instead of keeping them.
+    transformers renamed ``gradient_checkpointing_enable`` to ``activation_checkpointing_enable``
+    (the old name warns on every call); whichever the installed version has is called, with
+    ``checkpoint_kwargs`` for ``torch.utils.checkpoint``."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs=checkpoint_kwargs or None)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=checkpoint_kwargs or None)
+
+
+def activations_checkpointed(model: torch.nn.Module) -> bool:
+    """Whether ``checkpoint_activations`` applies to ``model`` (under either of transformers'
+    names; False for a model that has neither)."""
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        value = getattr(model, name, None)
+        if value is not None:
+            return bool(value)
+    return False
 
 
 def is_lora(model: torch.nn.Module) -> bool:

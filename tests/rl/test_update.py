@@ -14,6 +14,7 @@ from rstar2.rl.update import UpdateSettings, policy_update, recompute_logprobs, 
 from rstar2.training.batch import TrainSequence, micro_batches
 from rstar2.training.config import OptimizerConfig
 from rstar2.training.optim import build_optimizer, build_scheduler
+from rstar2.training.policy import checkpoint_activations
 
 
 def tiny_model(seed: int = 0) -> LlamaForCausalLM:
@@ -71,7 +72,7 @@ def run_update(micro_batch_tokens: int, loss: LossConfig = SETTINGS.loss, refere
     """One update of a fresh tiny model on ``SEQUENCES``."""
     model = tiny_model()
     if checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        checkpoint_activations(model, use_reentrant=False)
     optimizer = build_optimizer(model.parameters(), OptimizerConfig(lr=1e-2, warmup_steps=0))
     scheduler = build_scheduler(optimizer, OptimizerConfig(lr=1e-2, warmup_steps=0))
     settings = UpdateSettings(**{**SETTINGS.__dict__, "micro_batch_tokens": micro_batch_tokens, "loss": loss})
