@@ -64,11 +64,11 @@ class LossConfig(Section):
     behaviour_correction: Literal["truncate", "mask", "off"] = "truncate"
     """Importance weights against the policy that sampled the tokens, where that was another copy
     of the weights than the trainer's (a bfloat16 engine copy, other kernels, a vLLM engine):
-    the trainer recomputes each token's log-prob and multiplies its policy-gradient term by
-    w = π_trainer / π_engine, detached. 'truncate' (TIS) uses min(w, cap); 'mask' (MIS, IcePop)
-    uses w inside [1/cap, cap] and 0 outside, dropping the tokens the engine got most wrong;
-    'off' trains as if the engine had sampled from the trainer's weights. An engine that samples
-    from the trainer's own model needs no correction and gets none."""
+    the trainer takes each token's log-prob under its own weights and multiplies its
+    policy-gradient term by w = π_trainer / π_engine, detached. 'truncate' (TIS) uses min(w,
+    cap); 'mask' (MIS, IcePop) uses w inside [1/cap, cap] and 0 outside, dropping the tokens the
+    engine got most wrong; 'off' trains as if the engine had sampled from the trainer's weights.
+    An engine that samples from the trainer's own model needs no correction and gets none."""
     behaviour_correction_level: Literal["token", "sequence"] = "token"
     """'token': each token its own weight. 'sequence': every token of a rollout shares one, the
     geometric mean of its tokens' w (a product would vanish or explode with length), so 'mask'
