@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -252,6 +253,8 @@ async def train_and_evaluate(settings, config: RunConfig, tokenizer, sandbox, ur
         placement = LocalPlacement(config, model=model, engine=engine, sandbox_urls=[url])
         await run_training(config, placement, console=console, grader=grader,
                            trained_by="rstar2 demo, SFT + RL")
+        gc.collect()  # the learner (AdamW's moments) is garbage now, some of it in reference cycles
+        return_freed_memory()  # ... and its heap pages go back before the final evaluation
         timings["rl"] = time.perf_counter() - clock
         final = await evaluate("final", model)
     finally:
