@@ -37,8 +37,8 @@ from rstar2.rl.config import InitConfig
 from rstar2.rl.loss import LossStats
 from rstar2.rl.update import (
     UpdateSettings,
-    policy_update,
     old_logprobs_source,
+    policy_update,
     updates_over_parts,
     with_current_logprobs,
 )

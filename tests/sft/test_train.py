@@ -77,8 +77,10 @@ def test_a_packed_batch_has_the_loss_and_gradients_of_its_sequences_one_by_one(m
     attention = model.config._attn_implementation
     with packed_attention(model):
         packed = sum(packed_nll(model, row, batched) for row in packed_rows)
-    assert model.config._attn_implementation == attention  # the model attends as before the block
+    assert model.config._attn_implementation == attention
     torch.testing.assert_close(packed.detach(), reference, rtol=1e-5, atol=1e-4)
+    with torch.no_grad():  # the model attends as before the block
+        torch.testing.assert_close(unpacked_nll(model, sequences), reference, rtol=1e-5, atol=1e-4)
     packed_grads = gradients(model, packed)
     for name, grad in reference_grads.items():  # equal up to float32 summation order
         assert (packed_grads[name] - grad).norm() <= 1e-4 * grad.norm(), name
