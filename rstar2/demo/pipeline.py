@@ -3,7 +3,8 @@
     report = run_demo()  # or run_demo(overrides=["demo.heldout_problems=300", "rl.steps=20"])
 
 1. **Data.** Seeded templates (``rstar2.sft``) make three disjoint problem sets: SFT (basic),
-   RL (hard: larger numbers, two-step variants) and held-out (half of each level).
+   RL (hard: larger numbers, two-step variants; a fifth basic, so RL keeps the basic forms) and
+   held-out (half of each level).
 2. **Cold-start SFT.** Scripted tool-use traces played through the real agent loop and sandbox
    (a share of them fix a failing first program), mostly basic problems and a few hard ones,
    written as chat-format conversations and trained on by ``rstar2 sft``'s ``run_sft``
@@ -33,6 +34,7 @@ import contextlib
 import gc
 import json
 import time
+from itertools import zip_longest
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -81,7 +83,7 @@ PROBES_FILE = "heldout_probes.jsonl"
 PROBE_PROBLEMS = 12
 PROBE_EVERY_STEPS = 4
 """The RL phase's held-out probes where the recipe's ``validation:`` section does not say
-otherwise: ``PROBE_PROBLEMS`` held-out problems spread evenly over the set (so both levels),
+otherwise: ``PROBE_PROBLEMS`` held-out problems spread over its levels and families,
 answered greedily before the first step, every ``PROBE_EVERY_STEPS`` steps and after the last:
 few and small, because each probe is a greedy evaluation the RL phase waits for
 (docs/demo.md has what they cost)."""
@@ -99,6 +101,8 @@ class DemoSettings(BaseModel):
     sft_broken_share: float = Field(0.2, ge=0, le=1, description="Share of SFT traces whose first "
                                     "call fails and is fixed.")
     rl_problems: int = Field(400, ge=1, description="RL training problems (hard).")
+    rl_basic_problems: int = Field(100, ge=0, description="Basic problems mixed into the RL set, so that "
+                                   "RL on the hard variants does not unlearn the basic forms.")
     heldout_problems: int = Field(300, ge=2, description="Held-out problems, half basic, half hard: "
                                   "enough for the paired difference of two models to show a gain.")
     sft: SFTSettings = Field(default_factory=lambda: SFTSettings(epochs=1, batch_size=8, lr=1e-4, warmup_steps=3),
@@ -157,9 +161,17 @@ def load_pipeline_recipe(path: str | Path, overrides: Sequence[str], name: str |
 
 
 def probe_subset(heldout: Sequence[Task]) -> list[Task]:
-    """``PROBE_PROBLEMS`` of the ``heldout`` tasks, spread evenly over them: the held-out set is
-    its basic half, then its hard half, and the probes need both."""
-    return list(heldout[::max(len(heldout) // PROBE_PROBLEMS, 1)][:PROBE_PROBLEMS])
+    """``PROBE_PROBLEMS`` of the ``heldout`` tasks taken in rounds, each round one task of every
+    family at each level, so the probes cover what the held-out set measures (an even stride
+    over a set whose families cycle would pick one family only); the whole set when it is that
+    small."""
+    kinds: dict[tuple[str, str], list[Task]] = {}
+    for task in heldout:
+        kinds.setdefault((task.family, task.level), []).append(task)
+    families = list(dict.fromkeys(task.family for task in heldout))
+    order = sorted(kinds, key=lambda kind: (families.index(kind[0]), kind[1]))
+    rounds = zip_longest(*(kinds[kind] for kind in order))
+    return [task for batch in rounds for task in batch if task is not None][:PROBE_PROBLEMS]
 
 
 def machine_dtypes(config: RunConfig, console: Console) -> RunConfig:
@@ -206,7 +218,7 @@ async def phases(settings: DemoSettings, config: RunConfig, url: str, grader: Gr
     async with SandboxClient([url]) as sandbox:
         clock = time.perf_counter()
         splits = split_tasks(config.seed, settings.sft_problems, settings.rl_problems, settings.heldout_problems,
-                             sft_hard=settings.sft_hard_problems)
+                             sft_hard=settings.sft_hard_problems, rl_basic=settings.rl_basic_problems)
         traces = await sft_traces(splits.sft, tokenizer, sandbox, prompt, settings.sft_broken_share, config.seed)
         trace_file = write_traces(run_dir / "data" / "sft_traces.jsonl", [t.key for t in splits.sft],
                                   [t.question for t in splits.sft], traces,

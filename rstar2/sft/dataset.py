@@ -1,6 +1,6 @@
 """The demo's three disjoint problem sets, their SFT traces, and the files SFT and RL read.
 
-    splits = split_tasks(seed=0, sft=300, sft_hard=40, rl=400, heldout=60)
+    splits = split_tasks(seed=0, sft=300, sft_hard=40, rl=400, heldout=60, rl_basic=100)
     traces = await sft_traces(splits.sft, tokenizer, sandbox, prompt, broken_share=0.2, seed=0)
     write_traces(path, ids, questions, traces, end_of_turn)     # chat-format conversations
     write_gsm8k_conversations("gsm8k_train", Path("traces.jsonl"), limit=2000)   # rstar2 data sft-traces
@@ -8,8 +8,11 @@
 The held-out set is drawn first (half ``basic``, half ``hard`` problems), then the SFT set
 (``sft`` basic problems and a few, ``sft_hard``, of the hard kind, so that the model starts RL
 able to solve some of them: a group that is always wrong carries no signal) and the RL set
-(``hard``), each skipping every problem key already taken, so no problem of the held-out set is
-ever trained on, in either phase. A seeded ``broken_share`` of the SFT traces start with a
+(``rl`` hard problems, then ``rl_basic`` basic ones: RL that sees only the hard variants drifts
+on the basic forms it no longer practises, e.g. counts every "divisible by k" problem with the
+hard variant's exclusion, while basic problems in its mix send a failing group's signal back),
+each skipping every problem key already taken, so no problem of the held-out set is ever
+trained on, in either phase. A seeded ``broken_share`` of the SFT traces start with a
 failing program and fix it. The problems and traces themselves are made in ``rstar2.tasks``;
 this module writes them in the formats ``rstar2 train`` and ``rstar2 sft`` read.
 """
@@ -41,15 +44,17 @@ class Splits:
     heldout: list[Task]
 
 
-def split_tasks(seed: int, sft: int, rl: int, heldout: int, sft_hard: int = 0) -> Splits:
-    """Disjoint SFT (basic, plus ``sft_hard`` hard), RL (hard) and held-out (half each)
-    problems; see the module docstring."""
+def split_tasks(seed: int, sft: int, rl: int, heldout: int, sft_hard: int = 0, rl_basic: int = 0) -> Splits:
+    """Disjoint SFT (basic, plus ``sft_hard`` hard), RL (hard, plus ``rl_basic`` basic) and
+    held-out (half each) problems; see the module docstring. The basic RL problems are drawn
+    last, so the other sets and the hard RL problems do not depend on ``rl_basic``."""
     rng = np.random.default_rng(seed)
     taken: set[str] = set()
     held = unique_tasks(rng, heldout // 2, "basic", taken)
     held += unique_tasks(rng, heldout - heldout // 2, "hard", taken)
     sft_tasks = unique_tasks(rng, sft, "basic", taken) + unique_tasks(rng, sft_hard, "hard", taken)
-    return Splits(sft=sft_tasks, rl=unique_tasks(rng, rl, "hard", taken), heldout=held)
+    rl_tasks = unique_tasks(rng, rl, "hard", taken)
+    return Splits(sft=sft_tasks, rl=rl_tasks + unique_tasks(rng, rl_basic, "basic", taken), heldout=held)
 
 
 async def sft_traces(tasks: Sequence[Task], tokenizer, runner: CodeRunner, prompt: PromptConfig,

@@ -23,9 +23,10 @@ from rstar2.engines.hf import HFEngine
 from rstar2.training.runlog import read_metrics
 
 # the arithmetic demo's sizes, set with --set demo.*
-SFT, SFT_HARD, RL_PROBLEMS, HELDOUT = 4, 2, 4, 4
+SFT, SFT_HARD, RL_PROBLEMS, RL_BASIC, HELDOUT = 4, 2, 4, 1, 4
 DEMO_SIZES = [word for setting in (
     f"demo.sft_problems={SFT}", f"demo.sft_hard_problems={SFT_HARD}", f"demo.rl_problems={RL_PROBLEMS}",
+    f"demo.rl_basic_problems={RL_BASIC}",
     f"demo.heldout_problems={HELDOUT}", "demo.eval_max_tokens=32") for word in ("--set", setting)]
 RL_STEPS = 2  # fewer than the 3 silent steps after which a run without signal stops early
 # GSM8K sizes, all set with --set
@@ -147,11 +148,12 @@ def test_the_demo_runs_sft_rl_and_three_evaluations_and_writes_what_the_docs_lis
     assert summary["wall_time_s"] > 0 and summary["dtypes"]["training"] in ("float32", "bfloat16")
     # data/: the sizes set, the SFT traces as chat conversations
     data = run / "data"
-    assert f"data: {SFT + SFT_HARD} SFT traces, {RL_PROBLEMS} RL problems, {HELDOUT} held-out problems in {data}" \
+    assert f"data: {SFT + SFT_HARD} SFT traces, {RL_PROBLEMS + RL_BASIC} RL problems, {HELDOUT} held-out problems in {data}" \
         in first.output
     assert len(lines(data / "sft_problems.jsonl")) == SFT + SFT_HARD
     assert all(row["messages"][-1]["role"] == "assistant" for row in lines(data / "sft_traces.jsonl"))
-    assert len(lines(data / "rl_train.jsonl")) == RL_PROBLEMS and len(lines(data / "heldout.jsonl")) == HELDOUT
+    rl_levels = [row["level"] for row in lines(data / "rl_train.jsonl")]
+    assert rl_levels == ["hard"] * RL_PROBLEMS + ["basic"] * RL_BASIC and len(lines(data / "heldout.jsonl")) == HELDOUT
     # the SFT is an `rstar2 sft` run in sft/, in the dtype --sft-dtype asked for
     assert yaml.safe_load((run / "sft" / "config.yaml").read_text())["train"]["compute_dtype"] == "float32"
     assert read_metrics(run / "sft") and (run / "sft" / "final" / "config.json").is_file()

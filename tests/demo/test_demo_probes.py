@@ -11,13 +11,15 @@ def demo_config(*overrides: str):
     return load_pipeline_recipe(DEFAULT_RECIPE, overrides, "probed", "demo", DemoSettings, probes=PROBES_FILE)[1]
 
 
-def test_the_probes_are_a_fixed_subset_of_both_levels_of_the_held_out_set():
+def test_the_probes_are_a_fixed_subset_of_every_family_and_level_of_the_held_out_set():
     heldout = split_tasks(seed=0, sft=1, rl=1, heldout=DemoSettings().heldout_problems).heldout
     probes = probe_subset(heldout)
     assert len(probes) == PROBE_PROBLEMS and len({task.key for task in probes}) == PROBE_PROBLEMS
     assert {task.key for task in probes} <= {task.key for task in heldout}
     levels = [task.level for task in probes]
     assert levels.count("basic") == levels.count("hard") == PROBE_PROBLEMS // 2
+    kinds = {(task.family, task.level) for task in heldout}
+    assert {(task.family, task.level) for task in probes} == kinds  # every family at each level
     assert probe_subset(heldout[:4]) == heldout[:4]  # a smaller set: all of it
 
 

@@ -32,6 +32,16 @@ def test_splits_share_no_problem_and_are_reproducible():
     assert split_tasks(seed=4, sft=200, sft_hard=40, rl=200, heldout=60) != splits
 
 
+def test_basic_rl_problems_join_the_rl_set_without_moving_the_others():
+    plain = split_tasks(seed=3, sft=50, sft_hard=10, rl=40, heldout=60)
+    mixed = split_tasks(seed=3, sft=50, sft_hard=10, rl=40, heldout=60, rl_basic=15)
+    assert (mixed.sft, mixed.heldout, mixed.rl[:40]) == (plain.sft, plain.heldout, plain.rl)
+    assert [t.level for t in mixed.rl] == ["hard"] * 40 + ["basic"] * 15
+    others = {t.key for t in mixed.sft + mixed.heldout}
+    assert len({t.key for t in mixed.rl}) == 55 and not others & {t.key for t in mixed.rl}
+    assert {t.family for t in mixed.rl[40:]} == {t.family for t in mixed.heldout}  # every family
+
+
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 @pytest.mark.parametrize("level", ["basic", "hard"])
 def test_every_program_prints_its_answer(family, level):
