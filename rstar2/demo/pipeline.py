@@ -48,6 +48,7 @@ from rstar2 import RECIPES
 from rstar2.agent.prompt import ChatFormat
 from rstar2.agent.rollout import Agent, RolloutConfig
 from rstar2.data.benchmarks import load_benchmark
+from rstar2.data.problems import Problem
 from rstar2.demo.plot import plot_curves
 from rstar2.eval.launch import agent_solver
 from rstar2.eval.metrics import paired_difference
@@ -273,7 +274,12 @@ async def train_and_evaluate(settings, config: RunConfig, tokenizer, sandbox, ur
         await engine.close()
     rows = read_metrics(run_dir, before_training=True)
     plot_curves(rows, run_dir / "curves.png", f"GRPO-RoC on SmolLM2-135M ({config.name})")
-    return summary_of(base, sft, final, rows, losses, timings | evaluate.seconds)
+    summary = summary_of(base, sft, final, rows, losses, timings | evaluate.seconds)
+    kinds = problem_kinds(evaluate.benchmark.problems)
+    if kinds:
+        summary["rl_vs_sft_by_kind"] = accuracy_by_kind(kinds, *(
+            outcomes_of(Path(phase.results).parent) for phase in (sft, final)))
+    return summary
 
 
 def sft_config(config: RunConfig, settings: SFTSettings, traces: Path) -> SFTConfig:
@@ -367,10 +373,33 @@ def paired_gain(before: Path, after: Path) -> dict:
     """``after``'s accuracy minus ``before``'s over the problems both evaluated, with the 95%
     bootstrap interval of that difference resampled by problem (paired): the two models answered
     the same problems, so their difference is far better measured than either accuracy."""
-    first, second = ({o.problem_id: float(o.correct) for o in read_outcomes(run / SAMPLES_JSONL).values()}
-                     for run in (before, after))
-    paired = paired_difference(first, second)
+    paired = paired_difference(outcomes_of(before), outcomes_of(after))
     return {} if paired is None else asdict(paired)
+
+
+def outcomes_of(run: Path) -> dict[str, float]:
+    """Each problem's correctness (1 or 0) in the evaluation written to ``run``."""
+    return {o.problem_id: float(o.correct) for o in read_outcomes(run / SAMPLES_JSONL).values()}
+
+
+def problem_kinds(problems: Sequence[Problem]) -> dict[str, str]:
+    """Each problem's kind, "family (level)", from the rows' ``family`` and ``level`` fields
+    (the demo's generated problems have them); empty when any row lacks them."""
+    if not all("family" in p.row and "level" in p.row for p in problems):
+        return {}
+    return {p.id: f"{p.row['family']} ({p.row['level']})" for p in problems}
+
+
+def accuracy_by_kind(kinds: dict[str, str], before: dict[str, float], after: dict[str, float]) -> dict:
+    """Per kind of problem, the accuracies ``before`` and ``after`` over its problems that both
+    evaluated, and their count: where RL gained, and where it unlearned what the SFT model could
+    do (a pooled gain can hide a kind that fell)."""
+    groups: dict[str, list[str]] = {}
+    for problem, kind in kinds.items():
+        if problem in before and problem in after:
+            groups.setdefault(kind, []).append(problem)
+    return {kind: {"problems": len(ids), "sft": sum(before[i] for i in ids) / len(ids),
+                   "final": sum(after[i] for i in ids) / len(ids)} for kind, ids in sorted(groups.items())}
 
 
 def closing_note(summary: dict, run_dir: Path) -> str:
@@ -390,6 +419,10 @@ def closing_note(summary: dict, run_dir: Path) -> str:
     if gain:
         lines.append(f"SFT+RL - SFT: {100 * gain['difference']:+.1f} points [{100 * gain['ci'][0]:+.1f}, "
                      f"{100 * gain['ci'][1]:+.1f}] (paired bootstrap over {gain['problems']} problems)")
+    kinds = summary.get("rl_vs_sft_by_kind")
+    if kinds:
+        lines.append("SFT -> SFT+RL by kind: " + ", ".join(
+            f"{kind} {100 * v['sft']:.0f}% -> {100 * v['final']:.0f}%" for kind, v in kinds.items()))
     lines.append(f"RL: {summary['rl_steps']} steps, {summary['rl_seconds_per_step']:.1f} s/step, "
                  f"tool-error ratio in correct rollouts {err_text}")
     if signal:

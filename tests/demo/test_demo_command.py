@@ -137,6 +137,12 @@ def test_the_demo_runs_sft_rl_and_three_evaluations_and_writes_what_the_docs_lis
     assert gain["ci"][0] <= gain["difference"] <= gain["ci"][1]
     assert any(line.startswith("SFT+RL - SFT: ") and f"paired bootstrap over {HELDOUT} problems" in line
                for line in first.output.splitlines())
+    # per kind of problem (family and level), the same two models over the same problems
+    kinds = summary["rl_vs_sft_by_kind"]
+    assert sum(kind["problems"] for kind in kinds.values()) == HELDOUT
+    assert sum(kind["problems"] * (kind["final"] - kind["sft"]) for kind in kinds.values()) == pytest.approx(
+        gain["difference"] * HELDOUT)
+    assert any(line.startswith("SFT -> SFT+RL by kind: ") for line in first.output.splitlines())
     probes = summary["rl_probe_accuracy_by_step"]  # before the first step and after the last
     assert {"0", str(RL_STEPS)} <= set(probes) and all(0 <= value <= 1 for value in probes.values())
     assert any(line.startswith("held-out probes during RL: step 0 ") for line in first.output.splitlines())
