@@ -34,9 +34,9 @@ import contextlib
 import gc
 import json
 import time
-from itertools import zip_longest
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
+from itertools import zip_longest
 from pathlib import Path
 from typing import TypeVar
 
@@ -274,12 +274,8 @@ async def train_and_evaluate(settings, config: RunConfig, tokenizer, sandbox, ur
         await engine.close()
     rows = read_metrics(run_dir, before_training=True)
     plot_curves(rows, run_dir / "curves.png", f"GRPO-RoC on SmolLM2-135M ({config.name})")
-    summary = summary_of(base, sft, final, rows, losses, timings | evaluate.seconds)
-    kinds = problem_kinds(evaluate.benchmark.problems)
-    if kinds:
-        summary["rl_vs_sft_by_kind"] = accuracy_by_kind(kinds, *(
-            outcomes_of(Path(phase.results).parent) for phase in (sft, final)))
-    return summary
+    return summary_of(base, sft, final, rows, losses, timings | evaluate.seconds,
+                      problem_kinds(evaluate.benchmark.problems))
 
 
 def sft_config(config: RunConfig, settings: SFTSettings, traces: Path) -> SFTConfig:
@@ -343,9 +339,11 @@ def error_ratio(outcomes: list[SampleOutcome]) -> float:
 
 
 def summary_of(base: Phase | None, sft: Phase, final: Phase, rows: list[dict], sft_losses: list[float],
-               timings: dict[str, float]) -> dict:
+               timings: dict[str, float], kinds: dict[str, str]) -> dict:
     """The demo's figures: held-out results per phase, the final model's paired gain over the
-    SFT model, what each RL step learned from, and the RL curves' start and end."""
+    SFT model (per kind of problem too, where ``kinds`` names them), what each RL step learned
+    from, and the RL curves' start and end."""
+    before, after = (outcomes_of(Path(phase.results).parent) for phase in (sft, final))
     probes = {row["step"]: row["val/accuracy"] for row in rows if "val/accuracy" in row}
     rows = [row for row in rows if row["step"] > 0]  # step 0 holds only the first probe
 
@@ -356,7 +354,8 @@ def summary_of(base: Phase | None, sft: Phase, final: Phase, rows: list[dict], s
     return {
         "heldout": {**({"base": base.model_dump()} if base else {}), "sft": sft.model_dump(),
                     "final": final.model_dump()},
-        "rl_vs_sft": paired_gain(Path(sft.results).parent, Path(final.results).parent),
+        "rl_vs_sft": paired_gain(before, after),
+        **({"rl_vs_sft_by_kind": accuracy_by_kind(kinds, before, after)} if kinds else {}),
         "sft_loss_first_last": [sft_losses[0], sft_losses[-1]] if sft_losses else [],
         "rl_steps": len(rows),
         "rl_probe_accuracy_by_step": probes,
@@ -369,11 +368,12 @@ def summary_of(base: Phase | None, sft: Phase, final: Phase, rows: list[dict], s
     }
 
 
-def paired_gain(before: Path, after: Path) -> dict:
-    """``after``'s accuracy minus ``before``'s over the problems both evaluated, with the 95%
-    bootstrap interval of that difference resampled by problem (paired): the two models answered
-    the same problems, so their difference is far better measured than either accuracy."""
-    paired = paired_difference(outcomes_of(before), outcomes_of(after))
+def paired_gain(before: dict[str, float], after: dict[str, float]) -> dict:
+    """``after``'s accuracy minus ``before``'s (each problem's correctness, ``outcomes_of``) over
+    the problems both evaluated, with the 95% bootstrap interval of that difference resampled by
+    problem (paired): the two models answered the same problems, so their difference is far
+    better measured than either accuracy."""
+    paired = paired_difference(before, after)
     return {} if paired is None else asdict(paired)
 
 

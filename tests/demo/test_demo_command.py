@@ -154,8 +154,8 @@ def test_the_demo_runs_sft_rl_and_three_evaluations_and_writes_what_the_docs_lis
     assert summary["wall_time_s"] > 0 and summary["dtypes"]["training"] in ("float32", "bfloat16")
     # data/: the sizes set, the SFT traces as chat conversations
     data = run / "data"
-    assert f"data: {SFT + SFT_HARD} SFT traces, {RL_PROBLEMS + RL_BASIC} RL problems, {HELDOUT} held-out problems in {data}" \
-        in first.output
+    assert (f"data: {SFT + SFT_HARD} SFT traces, {RL_PROBLEMS + RL_BASIC} RL problems, "
+            f"{HELDOUT} held-out problems in {data}") in first.output
     assert len(lines(data / "sft_problems.jsonl")) == SFT + SFT_HARD
     assert all(row["messages"][-1]["role"] == "assistant" for row in lines(data / "sft_traces.jsonl"))
     rl_levels = [row["level"] for row in lines(data / "rl_train.jsonl")]
