@@ -102,7 +102,7 @@ class DemoSettings(BaseModel):
     sft_broken_share: float = Field(0.2, ge=0, le=1, description="Share of SFT traces whose first "
                                     "call fails and is fixed.")
     rl_problems: int = Field(400, ge=1, description="RL training problems (hard).")
-    rl_basic_problems: int = Field(100, ge=0, description="Basic problems mixed into the RL set, so that "
+    rl_basic_problems: int = Field(250, ge=0, description="Basic problems mixed into the RL set, so that "
                                    "RL on the hard variants does not unlearn the basic forms.")
     heldout_problems: int = Field(300, ge=2, description="Held-out problems, half basic, half hard: "
                                   "enough for the paired difference of two models to show a gain.")

@@ -1,6 +1,6 @@
 """The demo's three disjoint problem sets, their SFT traces, and the files SFT and RL read.
 
-    splits = split_tasks(seed=0, sft=300, sft_hard=40, rl=400, heldout=60, rl_basic=100)
+    splits = split_tasks(seed=0, sft=300, sft_hard=40, rl=400, heldout=60, rl_basic=250)
     traces = await sft_traces(splits.sft, tokenizer, sandbox, prompt, broken_share=0.2, seed=0)
     write_traces(path, ids, questions, traces, end_of_turn)     # chat-format conversations
     write_gsm8k_conversations("gsm8k_train", Path("traces.jsonl"), limit=2000)   # rstar2 data sft-traces

@@ -1,6 +1,7 @@
 """AdamW with linear warm-up then a constant lr or a cosine decay, resumed where it stopped;
 the resumable prompt order."""
 
+import copy
 import math
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from rstar2.sft.config import SFTSettings
 from rstar2.sft.train import sft_optimizer
 from rstar2.training.checkpoint import load_checkpoint, save_checkpoint
 from rstar2.training.config import OptimizerConfig
-from rstar2.training.optim import build_optimizer, build_scheduler
+from rstar2.training.optim import build_optimizer, build_scheduler, fusable
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
@@ -116,6 +117,42 @@ def test_optimizer_takes_config_and_only_trainable_parameters():
     assert isinstance(optimizer, torch.optim.AdamW)
     assert [p.shape for p in group["params"]] == [p.shape for p in model[1].parameters()]
     assert (group["betas"], group["eps"], group["weight_decay"]) == ((0.8, 0.9), 1e-7, 0.1)
+
+
+def test_plain_parameters_take_the_fused_kernel_with_the_default_result():
+    """The fused AdamW steps a CPU model as PyTorch's default loop does (the same update to
+    float32 rounding), weight decay, bias correction and the warm-up included."""
+    config = OptimizerConfig(lr=1e-2, warmup_steps=2, weight_decay=0.1)
+    torch.manual_seed(0)
+    fused_model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    plain_model, start = copy.deepcopy(fused_model), copy.deepcopy(fused_model)
+    fused = build_optimizer(fused_model.parameters(), config)
+    plain = torch.optim.AdamW(plain_model.parameters(), lr=config.lr, betas=config.betas, eps=config.eps,
+                              weight_decay=config.weight_decay)
+    assert fused.param_groups[0]["fused"] and not plain.param_groups[0]["fused"]
+    schedules = build_scheduler(fused, config), build_scheduler(plain, config)
+    inputs = torch.randn(32, 8)
+    for _ in range(4):
+        for model, optimizer, scheduler in zip((fused_model, plain_model), (fused, plain), schedules):
+            optimizer.zero_grad()
+            model(inputs).pow(2).mean().backward()
+            optimizer.step()
+            scheduler.step()
+    for a, b in zip(fused_model.parameters(), plain_model.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(fused_model[0].weight, start[0].weight, atol=1e-3)  # they moved
+
+
+def test_parameters_the_fused_kernel_cannot_take_keep_the_default():
+    """A parameter on a device without the fused kernel (here 'meta', as a sharded or offloaded
+    policy's may be) keeps PyTorch's default implementation, and no parameter at all is an error
+    AdamW itself reports."""
+    on_meta = torch.nn.Linear(2, 1, device="meta")
+    assert not fusable(list(on_meta.parameters()))
+    assert not build_optimizer(on_meta.parameters(), OptimizerConfig()).param_groups[0]["fused"]
+    assert fusable(list(torch.nn.Linear(2, 1).parameters()))
+    with pytest.raises(ValueError, match="empty parameter list"):
+        build_optimizer(on_meta.requires_grad_(False).parameters(), OptimizerConfig())
 
 
 def test_every_prompt_once_per_epoch_and_batches_cross_epochs():
