@@ -36,7 +36,7 @@ GSM8K_SFT, GSM8K_CANDIDATES, GSM8K_SAMPLES, GSM8K_EVAL = 4, 2, 2, 3
 def rl_sizes(runs: Path, model: Path, steps: int) -> list[str]:
     """The RL run's tiny sizes and the tiny model, as --set options."""
     settings = [f"runs_dir={runs}", f"model.path={model}", f"rl.steps={steps}", "rl.prompts_per_step=2",
-                "rl.group_size=2", "rollout.max_response_tokens=32"]
+                "rl.group_size=4", "rollout.max_response_tokens=32"]
     return [word for setting in settings for word in ("--set", setting)]
 
 

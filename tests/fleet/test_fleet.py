@@ -39,7 +39,6 @@ PROMPT = list(range(100, 116))
 TURNS = 3
 TRAJECTORY: contextvars.ContextVar[int] = contextvars.ContextVar("trajectory")
 """Which trajectory a member's ``generate`` serves, as the test's body notes it."""
-NEED = len(PROMPT) + TURNS * (PARAMS.max_tokens + 2)
 
 
 class RecordingMember(LocalMember):
@@ -64,26 +63,34 @@ def engines(hf_engine, budget, count=2):
     return made
 
 
-async def one_trajectory(fleet, attempts):
+def need_of(turns: int) -> int:
+    """KV a trajectory of ``turns`` turns needs at most."""
+    return len(PROMPT) + turns * (PARAMS.max_tokens + 2)
+
+
+NEED = need_of(TURNS)
+
+
+async def one_trajectory(fleet, attempts, turns=TURNS):
     async def body(engine):
         attempts.append(1)
         TRAJECTORY.set(engine.key)  # for the members' notes: this task runs their generate
         ids = list(PROMPT)
-        for _ in range(TURNS):
+        for _ in range(turns):
             ids += (await engine.generate([ids], PARAMS))[0].token_ids + [13, 13]
             await asyncio.sleep(0.05)  # the tool call: the KV reservation holds meanwhile
         return ids
-    return await run_trajectory(fleet, NEED, body)
+    return await run_trajectory(fleet, need_of(turns), body)
 
 
-def run_fleet(members, policy, n):
+def run_fleet(members, policy, n, turns=TURNS):
     box = []
 
     async def go():
         fleet = Fleet(members(box), policy, poll_s=0.05)
         box.append(fleet)
         attempts = []
-        results = await asyncio.gather(*(one_trajectory(fleet, attempts) for _ in range(n)))
+        results = await asyncio.gather(*(one_trajectory(fleet, attempts, turns) for _ in range(n)))
         loads = await fleet.loads()
         return fleet, results, attempts, loads
     return asyncio.run(go())
@@ -238,18 +245,25 @@ def test_serve_model_reports_its_load_under_vllms_metric_names(served_pair):
     assert after.inter_token_seconds > load.inter_token_seconds
 
 
+SLOWED_TURNS = 8
+
+
 def test_a_slowed_member_is_measured_from_its_metrics_and_left_at_its_tool_calls(hf_engine):
     """Two serve-model members, one pausing in every decode step: the adaptive policy reads
     both members' decode counters at /metrics, finds the slow one slower, and moves the
-    trajectories it was dealt to the other at their tool calls."""
-    config = HFEngineConfig(dtype="float32", kv_budget_tokens=8 * NEED, seed=0)
+    trajectories it was dealt to the other at their tool calls. The trajectories are long
+    (``SLOWED_TURNS`` turns, each about 0.8 s on the slow member) so that tool calls still come
+    after the policy has read both members twice: /metrics readings take their own time, longer
+    on a busy machine, and a trajectory that ends before it has been measured has nothing to
+    move for."""
+    config = HFEngineConfig(dtype="float32", kv_budget_tokens=8 * need_of(SLOWED_TURNS), seed=0)
     pair = [HFEngine(config, model=hf_engine.model, tokenizer=hf_engine.tokenizer),
             Slowed(config, 0.2, model=hf_engine.model, tokenizer=hf_engine.tokenizer)]
     torch.set_num_threads(1)
     try:
         with serve(pair) as (_, urls):
             members = lambda box: [HTTPMember(u) for u in urls]  # noqa: E731
-            fleet, results, attempts, loads = run_fleet(members, "adaptive", 6)
+            fleet, results, attempts, loads = run_fleet(members, "adaptive", 6, turns=SLOWED_TURNS)
     finally:
         for engine in pair:
             engine.shutdown()

@@ -56,7 +56,8 @@ def test_a_run_whose_reward_always_fails_stops_and_fails_even_where_updates_woul
 def test_a_run_whose_groups_all_score_alike_for_a_pass_stops_and_fails(tmp_path, tiny_models, sandbox_url):
     """Every rollout earns 1, so Resample-on-Correct drops every group and nothing trains: the
     run stops after one pass over its two problems (the floor, 3 steps), not after all 5."""
-    result, run = train(tmp_path, tiny_models["llama"], sandbox_url, f"rl.reward={REWARDS}:long_answers")
+    result, run = train(tmp_path, tiny_models["llama"], sandbox_url, f"rl.reward={REWARDS}:long_answers",
+                        "rl.group_size=4")  # the recipe's release rule keeps 2 of each outcome: G >= 4
     line = failure_line(result)
     assert line.startswith("error: stopped after step 3 of 5, a failed run: the last 3 steps trained nothing: "
                            "every rollout scored 1, so the policy did not change")

@@ -76,7 +76,7 @@ def test_a_local_run_filters_its_problems_and_writes_its_model(tmp_path, sandbox
     config = load_config(RECIPE, [
         f"runs_dir={tmp_path / 'runs'}", "name=local", f"data.train={data}", f"data.keep_ids={keep}",
         f"sandbox.urls=[{sandbox_url}]", "engine.dtype=null", "model.compute_dtype=float32",
-        "rl.steps=1", "rl.prompts_per_step=1", "rl.group_size=2", "rollout.max_response_tokens=16",
+        "rl.steps=1", "rl.prompts_per_step=1", "rl.group_size=4", "rollout.max_response_tokens=16",
         "rollout.max_turns=1"])
     placement = LocalPlacement(config)
     assert isinstance(placement, Placement)
