@@ -18,25 +18,21 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from rstar2.models.loading import load_model
-from rstar2.rl.config import LossConfig
-from rstar2.rl.update import UpdateSettings, policy_update
-from rstar2.training.batch import TrainSequence
-from rstar2.training.config import OptimizerConfig
-from rstar2.training.optim import build_optimizer, build_scheduler
-from rstar2.training.policy import checkpoint_activations
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-
-def random_rollouts(count: int, length: int) -> list[TrainSequence]:
-    generator = torch.Generator().manual_seed(0)
-    half = length // 2
-    return [TrainSequence(torch.randint(100, 40000, (half,), generator=generator).tolist(),
-                          torch.randint(100, 40000, (half,), generator=generator).tolist(), [1] * half,
-                          [-1.0] * half, 1.0 if index % 2 else -1.0) for index in range(count)]
+from benchmarks.decode_floor_bench import random_rollouts  # noqa: E402
+from rstar2.models.loading import load_model  # noqa: E402
+from rstar2.rl.config import LossConfig  # noqa: E402
+from rstar2.rl.update import UpdateSettings, policy_update  # noqa: E402
+from rstar2.training.config import OptimizerConfig  # noqa: E402
+from rstar2.training.optim import build_optimizer, build_scheduler  # noqa: E402
+from rstar2.training.policy import checkpoint_activations  # noqa: E402
 
 
 def main() -> None:

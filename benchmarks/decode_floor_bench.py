@@ -129,22 +129,29 @@ def decode_steps(engine: HFEngine, batch: int, context: int, new_tokens: int) ->
     return statistics.median(steps[1:]), sum(admissions) / (batch * context)
 
 
+def random_rollouts(count: int, length: int) -> list:
+    """``count`` seeded random rollouts of ``length`` tokens as the update takes them: half
+    prompt, half trained response, a sampled log-prob of -1 a token, advantages -1 and +1 in turn."""
+    from rstar2.training.batch import TrainSequence
+
+    generator = torch.Generator().manual_seed(0)
+    half = length // 2
+    return [TrainSequence(torch.randint(100, 40000, (half,), generator=generator).tolist(),
+                          torch.randint(100, 40000, (half,), generator=generator).tolist(), [1] * half,
+                          [-1.0] * half, 1.0 if index % 2 else -1.0) for index in range(count)]
+
+
 def update_time(dtype: str, sequences: int, length: int) -> tuple[float, int]:
     """Seconds of one ``policy_update`` over ``sequences`` random rollouts of ``length`` tokens
     (half prompt, half response), at the CPU demo's micro-batches; and the tokens it covers."""
     from rstar2.models.loading import load_model
     from rstar2.rl.config import LossConfig
     from rstar2.rl.update import UpdateSettings, policy_update
-    from rstar2.training.batch import TrainSequence
     from rstar2.training.config import OptimizerConfig
     from rstar2.training.optim import build_optimizer, build_scheduler
 
     model = load_model("default", "float32")
-    g = torch.Generator().manual_seed(0)
-    half = length // 2
-    batch = [TrainSequence(torch.randint(100, 40000, (half,), generator=g).tolist(),
-                           torch.randint(100, 40000, (half,), generator=g).tolist(), [1] * half,
-                           [-1.0] * half, 1.0 if i % 2 else -1.0) for i in range(sequences)]
+    batch = random_rollouts(sequences, length)
     schedule = OptimizerConfig(lr=1e-6, warmup_steps=0)
     optimizer = build_optimizer(model.parameters(), schedule)
     scheduler = build_scheduler(optimizer, schedule)
