@@ -26,6 +26,11 @@ ordinary forward passes.
 
 from __future__ import annotations
 
+import contextlib
+import math
+import mmap
+import sys
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -50,8 +55,15 @@ class PrefixBlock:
 
 
 class SlotCache:
-    """Per-sequence keys/values, ``[layers, slots, kv_heads, length, head_dim]``, grown on
-    demand (more slots, longer slots) by reallocating and copying.
+    """Per-sequence keys/values, ``[layers, slots, kv_heads, length, head_dim]``.
+
+    With a ``capacity`` (slots, length) on the CPU, the first ``reserve`` maps all of it at
+    once as address space the operating system fills with zeros on first touch
+    (``reserved_zeros``): only the pages sequences write become resident, so memory follows
+    the keys actually held -- a slot's row is as resident as the longest sequence it has
+    held since the last ``clear`` -- not slots x the longest sequence, and the cache never
+    moves. Where the system refuses such a mapping, and on other devices, the cache is
+    grown on demand (more slots, longer slots) by reallocating and copying.
 
     Growing copies the whole cache and holds the old one and the new one at once, so it is
     kept rare: slots grow by half again (at least 8), and the engine reserves for all the
@@ -63,11 +75,13 @@ class SlotCache:
     no token is ever stored there, so fixed-shape decode steps can point their padding rows
     at it without touching a parked sequence's keys."""
 
-    def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype, device, spare: int = 0):
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype, device, spare: int = 0,
+                 capacity: tuple[int, int] | None = None):
         shape = (layers, 0, kv_heads, 0, head_dim)
         self.k = torch.empty(shape, dtype=dtype, device=device)
         self.v = torch.empty(shape, dtype=dtype, device=device)
         self.spare = spare
+        self.capacity = capacity if self.k.device.type == "cpu" else None
 
     @property
     def slots(self) -> int:
@@ -87,6 +101,11 @@ class SlotCache:
         length += self.spare
         if slots <= self.slots and length <= self.length:
             return
+        if self.capacity is not None and (self.slots or self.map_capacity()):
+            if slots > self.slots or length > self.length:
+                raise ValueError(f"{slots} slots of {length} positions: beyond the cache's "
+                                 f"capacity of {self.slots} x {self.length}")
+            return
         new_slots = self.slots if slots <= self.slots else max(slots, self.slots * 3 // 2, 8)
         new_length = self.length if length <= self.length else -(-max(length, self.length * 5 // 4) // 64) * 64
         for name in ("k", "v"):
@@ -94,6 +113,19 @@ class SlotCache:
             new = old.new_zeros((old.shape[0], new_slots, old.shape[2], new_length, old.shape[4]))
             new[:, : old.shape[1], :, : old.shape[3]] = old
             setattr(self, name, new)
+
+    def map_capacity(self) -> bool:
+        """Map the whole ``capacity`` (class docstring); False, and growth from then on, where
+        the system refuses."""
+        slots, length = self.capacity
+        layers, _, kv_heads, _, head_dim = self.k.shape
+        shape = (layers, slots, kv_heads, length + self.spare, head_dim)
+        k, v = reserved_zeros(shape, self.k.dtype), reserved_zeros(shape, self.v.dtype)
+        if k is None or v is None:
+            self.capacity = None
+            return False
+        self.k, self.v = k, v
+        return True
 
     def swap(self, i: int, j: int, used: int) -> None:
         """Exchange the first ``used`` positions of slots ``i`` and ``j``."""
@@ -118,6 +150,31 @@ class SlotCache:
     def clear(self) -> None:
         self.k = self.k[:, :0, :, :0].clone()
         self.v = self.v[:, :0, :, :0].clone()
+
+
+MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)  # Linux's flag (named in Python 3.13)
+RESERVE_LIMIT = 1 << 40  # address space one reserved tensor may take (x86-64 gives 128 TiB)
+
+
+def reserved_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:
+    """A zero CPU tensor of ``shape`` that takes address space, not memory: an anonymous
+    private mapping, which Linux fills with zeros page by page as it is first written (reads
+    of untouched pages see the shared zero page), without reserving swap for it up front
+    (``MAP_NORESERVE``: a cache of many long slots is mostly never touched) and without huge
+    pages (one 2 MiB page would make a whole slot's row resident at its first key). None
+    elsewhere, beyond ``RESERVE_LIMIT``, or where the system refuses the mapping."""
+    size = math.prod(shape) * dtype.itemsize
+    if sys.platform != "linux" or not 0 < size <= RESERVE_LIMIT:
+        return None
+    try:
+        region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_NORESERVE)
+    except OSError:  # strict overcommit, or a limit on address space
+        return None
+    with contextlib.suppress(OSError):  # a kernel without transparent huge pages
+        region.madvise(mmap.MADV_NOHUGEPAGE)
+    with warnings.catch_warnings():  # the mapping is writable; torch warns for any buffer
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.frombuffer(region, dtype=dtype).view(shape)  # keeps ``region`` mapped
 
 
 @dataclass(eq=False)

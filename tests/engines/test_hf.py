@@ -2,6 +2,7 @@
 continuous batching and prefix reuse that change nothing but speed."""
 
 import asyncio
+import sys
 from dataclasses import dataclass
 
 import pytest
@@ -197,6 +198,24 @@ def test_parked_sequences_are_bounded(hf_engine, prompts):
     try:
         outs = generate(engine, prompts, GREEDY)
         assert len(outs) == 4 and len(engine.table.residents) <= 1 and engine.table.n_active == 0
+    finally:
+        engine.shutdown()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the cache is mapped on Linux")
+def test_the_cpu_cache_spans_every_slot_the_table_may_fill_and_never_moves(hf_engine, prompts):
+    """Mapped once for max_batch_size + max_parked slots of the whole context (address space:
+    tests/engines/test_slots.py has what becomes resident), so no later request copies it."""
+    engine = HFEngine(HFEngineConfig(dtype="float32", max_batch_size=2, max_parked=1),
+                      model=hf_engine.model, tokenizer=hf_engine.tokenizer)
+    try:
+        first = generate(engine, prompts[:1], GREEDY)[0]
+        cache = engine.table.cache
+        assert (cache.slots, cache.length) == (3, engine.max_length)
+        where = cache.k.data_ptr()
+        outs = generate(engine, prompts, GREEDY)
+        assert engine.table.cache.k.data_ptr() == where
+        assert outs[0].token_ids == first.token_ids
     finally:
         engine.shutdown()
 

@@ -1,5 +1,7 @@
 """Cascade attention over a shared block and per-row slots equals ordinary causal attention."""
 
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -89,3 +91,64 @@ def test_slot_cache_grows_and_swaps_keeping_contents():
     assert torch.all(cache.k[:, 0, :, :3] == 1.0) and torch.all(cache.k[:, 1, :, :3] == 2.0)
     cache.swap(0, 1, used=3)
     assert torch.all(cache.k[:, 0, :, :3] == 2.0) and torch.all(cache.k[:, 1, :, :3] == 1.0)
+
+
+def mapping_rss_kb(*tensors: torch.Tensor) -> int:
+    """Resident kB of the memory mappings that hold ``tensors`` (/proc/self/smaps; the system
+    may merge neighbouring mappings into one, counted once)."""
+    addresses, total, inside, found = [t.data_ptr() for t in tensors], 0, False, set()
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                start, end = (int(x, 16) for x in head.split("-"))
+                inside = any(start <= a < end for a in addresses)
+                found |= {a for a in addresses if start <= a < end}
+            elif inside and head == "Rss:":
+                total += int(line.split()[1])
+    assert found == set(addresses), "no mapping holds a tensor"
+    return total
+
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux memory maps")
+
+
+@linux_only
+def test_a_reserved_cache_maps_its_capacity_once_and_stays_put():
+    cache = slots.SlotCache(2, 1, 64, torch.bfloat16, "cpu", capacity=(6, 1000))
+    cache.reserve(2, 10)
+    assert (cache.slots, cache.length) == (6, 1000)
+    where = cache.k.data_ptr()
+    cache.k[:, 1, :, :5] = 2.0
+    cache.reserve(6, 1000)  # within the capacity: nothing moves, nothing is copied
+    assert cache.k.data_ptr() == where
+    assert torch.all(cache.k[:, 1, :, :5] == 2.0) and torch.all(cache.k[:, 1, :, 5:] == 0)
+    assert torch.all(cache.v == 0)  # never written: the system's zeros
+    cache.swap(1, 4, used=5)
+    assert torch.all(cache.k[:, 4, :, :5] == 2.0) and torch.all(cache.k[:, 1, :, :5] == 0)
+    with pytest.raises(ValueError, match="beyond the cache's capacity of 6 x 1000"):
+        cache.reserve(7, 10)
+    cache.clear()
+    assert cache.slots == 0
+    cache.reserve(1, 1)  # mapped afresh: zeros again
+    assert cache.slots == 6 and torch.all(cache.k == 0)
+
+
+@linux_only
+def test_a_reserved_cache_is_resident_only_where_keys_are_written():
+    """Two layers, slots of 4,096 positions (512 KiB a row): 100 keys in each of two slots
+    make 4 pages of each of the 4 rows resident, not the 24 MiB the capacity spans."""
+    cache = slots.SlotCache(2, 1, 64, torch.bfloat16, "cpu", capacity=(12, 4096))
+    cache.reserve(2, 100)
+    assert mapping_rss_kb(cache.k, cache.v) == 0
+    cache.k[:, :2, :, :100] = 1.0
+    written_kb = 2 * 2 * 100 * 64 * 2 / 1024  # layers x slots x positions x head_dim x bytes
+    assert written_kb <= mapping_rss_kb(cache.k, cache.v) <= 2 * 2 * 16  # rows x 4 pages of 4 KiB
+
+
+def test_a_cache_the_system_will_not_map_grows_as_before(monkeypatch):
+    monkeypatch.setattr(slots, "RESERVE_LIMIT", 1024)
+    cache = slots.SlotCache(1, 1, 4, torch.float32, "cpu", capacity=(40, 5000))
+    cache.reserve(2, 300)
+    assert (cache.slots, cache.length) == (8, 320)  # the growth rule above, not the capacity
+    assert cache.capacity is None
