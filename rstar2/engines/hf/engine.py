@@ -70,9 +70,10 @@ class HFEngine:
         flat = config.attention == "flat" or (config.attention == "auto" and self.device.type != "cpu")
         if not flat and self.device.type != "cpu":
             raise ValueError("attention 'cascade' needs the CPU; use 'flat' or 'auto' on a GPU")
-        # every slot the table may fill, each as long as the context: on a CPU only address
-        # space until keys are written (SlotCache)
-        capacity = (config.max_batch_size + config.max_parked, self.max_length)
+        # cascade attention (the CPU's) maps every slot the table may fill, each as long as the
+        # context: address space until keys are written (SlotCache); flat attention's steps read
+        # whole length buckets, so its cache grows to them
+        capacity = None if flat else (config.max_batch_size + config.max_parked, self.max_length)
         cache = slots.SlotCache(cfg.num_hidden_layers, cfg.num_key_value_heads, head_dim,
                                 self.model.dtype, self.device, spare=int(flat), capacity=capacity)
         self.table = SlotTable(config, cache)
