@@ -220,6 +220,39 @@ def test_the_cpu_cache_spans_every_slot_the_table_may_fill_and_never_moves(hf_en
         engine.shutdown()
 
 
+class BusyNeighbour:
+    """A governor that always sees the other cores taken: one thread while stepping."""
+
+    def __init__(self, most: int):
+        self.most = most
+
+    def threads(self) -> int:
+        return 1
+
+
+@pytest.mark.skipif(torch.get_num_threads() < 2, reason="needs two threads to give one up")
+def test_the_engine_gives_the_threads_back_when_it_stops_stepping(hf_engine, prompts):
+    """The count is the whole process's: a colocated trainer's update after the rollouts must
+    not inherit the one thread the governor left the engine at its last busy step."""
+    most = torch.get_num_threads()
+    seen = []
+    engine = HFEngine(HFEngineConfig(dtype="float32"), model=hf_engine.model, tokenizer=hf_engine.tokenizer)
+    engine.governor = BusyNeighbour(most)
+    step = engine.step
+    engine.step = lambda admitted: (step(admitted), seen.append(torch.get_num_threads()))
+    try:
+        async def run():
+            out = await engine.generate(prompts[:1], SamplingParams(max_tokens=4, temperature=0.0))
+            await until(lambda: engine.stepper is None, what="the stepper's end")
+            return out
+        asyncio.run(run())
+        assert seen and set(seen) == {1}
+        assert torch.get_num_threads() == most
+    finally:
+        torch.set_num_threads(most)
+        engine.shutdown()
+
+
 def test_update_weights_keeps_outputs_for_same_weights_and_drops_caches(hf_engine, prompts):
     before = generate(hf_engine, prompts[:1], GREEDY)[0]
     asyncio.run(hf_engine.update_weights(hf_engine.model.state_dict()))

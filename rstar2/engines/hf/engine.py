@@ -232,6 +232,10 @@ class HFEngine:
             with self.lock:
                 if self.stepper is asyncio.current_task():
                     self.stepper = None
+            # the thread count is the process's: what runs next in it (a colocated trainer's
+            # update, an SFT) gets every thread it may use, not the count of the last busy moment
+            if self.governor is not None and torch.get_num_threads() != self.governor.most:
+                torch.set_num_threads(self.governor.most)
 
     def step(self, admitted: list[Request]) -> None:
         """Prefill ``admitted`` and decode one token of every active sequence."""
