@@ -57,11 +57,12 @@ def one_batch(mode: str, rollouts: int, seed: int) -> dict:
     vocab = engine.model.config.vocab_size
     shared = [draw.randrange(1000, vocab) for _ in range(64)]
     prompts = [shared + [draw.randrange(1000, vocab) for _ in range(100)] for _ in range(rollouts)]
+    new_tokens = lengths(rollouts, seed)
 
     async def batch() -> None:
         await asyncio.gather(*(
             engine.generate([p], SamplingParams(max_tokens=n, temperature=1.0, stop_token_ids=[]))
-            for p, n in zip(prompts, lengths(rollouts, seed))))
+            for p, n in zip(prompts, new_tokens)))
 
     started = time.perf_counter()
     asyncio.run(batch())
@@ -69,7 +70,7 @@ def one_batch(mode: str, rollouts: int, seed: int) -> dict:
     cache = engine.table.cache
     per_token = 2 * cache.k[:, 0, :, 0].numel() * cache.k.element_size()  # keys and values
     # every slot holds its own 100 tokens and what it generated; the shared prefix is held once
-    held = len(shared) + sum(100 + n for n in lengths(rollouts, seed))
+    held = len(shared) + sum(100 + n for n in new_tokens)
     engine.shutdown()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
     return {"mode": mode, "wall_s": round(wall, 2), "peak_rss_gb": round(peak, 3),

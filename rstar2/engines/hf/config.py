@@ -43,3 +43,8 @@ class HFEngineConfig(BaseModel):
                                  "also what runs where the kernels cannot be built.")
     cuda_graphs: bool = Field(True, description="With flat attention on CUDA: replay decode "
                               "steps as CUDA graphs captured per batch and length bucket.")
+
+    @property
+    def slots(self) -> int:
+        """Slots the engine's table may fill: the sequences decoding and the parked ones."""
+        return self.max_batch_size + self.max_parked

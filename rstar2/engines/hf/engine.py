@@ -73,7 +73,7 @@ class HFEngine:
         # cascade attention (the CPU's) maps every slot the table may fill, each as long as the
         # context: address space until keys are written (SlotCache); flat attention's steps read
         # whole length buckets, so its cache grows to them
-        capacity = None if flat else (config.max_batch_size + config.max_parked, self.max_length)
+        capacity = None if flat else (config.slots, self.max_length)
         cache = slots.SlotCache(cfg.num_hidden_layers, cfg.num_key_value_heads, head_dim,
                                 self.model.dtype, self.device, spare=int(flat), capacity=capacity)
         self.table = SlotTable(config, cache)
@@ -273,8 +273,7 @@ class HFEngine:
         all of them: a slot each, and the length their prompts and up to ``AHEAD`` generated
         tokens reach (within their budgets)."""
         reach = max(min(r.footprint, len(r.prompt) + AHEAD) for r in requests)
-        capacity = self.config.max_batch_size + self.config.max_parked
-        self.table.cache.reserve(min(len(self.table.residents) + len(requests), capacity), reach)
+        self.table.cache.reserve(min(len(self.table.residents) + len(requests), self.config.slots), reach)
         return self.table.place(requests, self.compute.compute_block)
 
     def fuses(self, placed: Placed) -> bool:

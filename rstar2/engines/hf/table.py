@@ -157,8 +157,7 @@ class SlotTable:
     def claim_slot(self, resident: Resident) -> None:
         """Put a new resident in slot ``n_active``, evicting the least recently used parked
         sequence when every slot is taken."""
-        capacity = self.config.max_batch_size + self.config.max_parked
-        if len(self.residents) >= capacity:
+        if len(self.residents) >= self.config.slots:
             self.evict_oldest_parked()
         self.residents.append(resident)
         self.cache.reserve(len(self.residents), 0)
