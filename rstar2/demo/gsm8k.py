@@ -260,7 +260,7 @@ async def rl_problems(settings: GSM8KSettings, config: RunConfig, candidates: li
     sampling = EvalSettings(benchmarks=[str(source)], n=k, temperature=rollout.temperature, top_p=rollout.top_p,
                             max_tokens=rollout.max_response_tokens, max_turns=rollout.max_turns,
                             prompt=rollout.prompt.variant, tool_name=rollout.prompt.tool_name,
-                            concurrency=len(candidates) * k)
+                            concurrency=evaluate.settings.concurrency)
     await run_eval(sampling, [bench], solve, out, reward=evaluate.grader)
     split = split_by_pass_rate(candidates, out / SAMPLES_JSONL, bench.name)
     kept = sorted(split.kept, key=lambda p: (step_count(p) or 0, -split.pass_rates[p.id]))

@@ -59,7 +59,7 @@ from rstar2.models.memory import return_freed_memory
 from rstar2.recipe import ConfigError, describe_error, read_recipe
 from rstar2.reward import Grader
 from rstar2.run.config import RunConfig
-from rstar2.run.placement import LocalPlacement, rollout_engine
+from rstar2.run.placement import LocalPlacement, rollout_batch_size, rollout_engine
 from rstar2.run.recipe import validate_config
 from rstar2.run.training import resolve_auto_dtypes, run_training
 from rstar2.sandbox import SandboxClient, local_sandbox
@@ -249,7 +249,7 @@ async def train_and_evaluate(settings, config: RunConfig, tokenizer, sandbox, ur
     engine = rollout_engine(config, model, tokenizer)
     try:
         evaluate = Evaluator(settings, engine, tokenizer, sandbox, grader, config.rollout.prompt, heldout,
-                             run_dir, console)
+                             run_dir, console, concurrency=rollout_batch_size(config))
         base, losses = None, []
         if settings.sft_model is None:
             base = await evaluate("base", model)
@@ -298,9 +298,14 @@ def sft_config(config: RunConfig, settings: SFTSettings, traces: Path) -> SFTCon
 
 
 class Evaluator:
-    """Greedy answers of the current weights to the held-out set, through the eval harness."""
+    """Greedy answers of the current weights to the held-out set, through the eval harness, with
+    at most ``concurrency`` answers in flight: the rows the engine decodes at once
+    (``rollout_batch_size``). More would queue each answer's next turn behind new prompts, by
+    which time the engine has evicted its parked keys and prefills the whole conversation
+    again."""
 
-    def __init__(self, settings, engine, tokenizer, sandbox, grader, prompt, heldout, run_dir, console):
+    def __init__(self, settings, engine, tokenizer, sandbox, grader, prompt, heldout, run_dir, console,
+                 concurrency: int):
         self.engine, self.grader, self.run_dir, self.console = engine, grader, run_dir, console
         self.benchmark = load_benchmark(str(heldout))
         rollout = RolloutConfig(max_turns=settings.eval_max_turns, max_response_tokens=settings.eval_max_tokens,
@@ -309,7 +314,7 @@ class Evaluator:
         self.settings = EvalSettings(benchmarks=[str(heldout)], n=1, temperature=0.0,
                                      max_tokens=settings.eval_max_tokens, max_turns=settings.eval_max_turns,
                                      prompt=prompt.variant, tool_name=prompt.tool_name,
-                                     concurrency=len(self.benchmark.problems))
+                                     concurrency=concurrency)
         self.seconds: dict[str, float] = {}
 
     async def __call__(self, label: str, model) -> Phase:

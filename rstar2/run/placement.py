@@ -132,4 +132,12 @@ def rollout_engine(config: RunConfig, model: torch.nn.Module | None, tokenizer) 
     return open_rollout_engine(
         engine, model=config.model.path, model_dtype=config.model.dtype, seed=config.seed,
         tokenizer=tokenizer, shared_model=model if colocated else None, device=device or "auto",
-        max_batch_size=config.rl.prompts_per_step * config.rl.rollouts_per_prompt)
+        max_batch_size=rollout_batch_size(config))
+
+
+def rollout_batch_size(config: RunConfig) -> int:
+    """Sequences the run's engine decodes together: every rollout of a step at once. A client
+    that shares the engine (the demo's held-out evaluation) keeps no more than this in flight,
+    so the next turn of a sample is never queued behind new prompts while its cached keys are
+    evicted."""
+    return config.rl.prompts_per_step * config.rl.rollouts_per_prompt

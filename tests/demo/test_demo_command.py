@@ -23,7 +23,9 @@ from rstar2.engines.hf import HFEngine
 from rstar2.training.runlog import read_metrics
 
 # the arithmetic demo's sizes, set with --set demo.*
-SFT, SFT_HARD, RL_PROBLEMS, RL_BASIC, HELDOUT = 4, 2, 4, 1, 4
+# more held-out problems than the RL engine's batch (rl_sizes: 2 prompts x 2G = 8 rollouts)
+SFT, SFT_HARD, RL_PROBLEMS, RL_BASIC, HELDOUT = 4, 2, 4, 1, 20
+ENGINE_BATCH = 16
 DEMO_SIZES = [word for setting in (
     f"demo.sft_problems={SFT}", f"demo.sft_hard_problems={SFT_HARD}", f"demo.rl_problems={RL_PROBLEMS}",
     f"demo.rl_basic_problems={RL_BASIC}",
@@ -48,10 +50,17 @@ GSM8K_SIZES = [word for setting in (
 
 def demo(*args: str):
     """``rstar2 demo ARGS`` in this process, with the policies it loads recorded (``.loaded``):
-    the model directories the RL policy came from; and how often its engine freed its cache
-    (``.released``)."""
+    the model directories the RL policy came from; how often its engine freed its cache
+    (``.released``); and the most requests its engine held at once, queued or decoding
+    (``.most_requests``)."""
     loaded, load_policy = [], pipeline.load_policy
     released, release_cache = [], HFEngine.release_cache
+    most, submit = [0], HFEngine.submit
+
+    def submitting(engine, *rest, **named):
+        futures = submit(engine, *rest, **named)
+        most[0] = max(most[0], len(engine.queue) + engine.table.n_active)
+        return futures
 
     def recording(config, *rest, **named):
         loaded.append(config.path)
@@ -64,10 +73,11 @@ def demo(*args: str):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(pipeline, "load_policy", recording)
         patch.setattr(HFEngine, "release_cache", releasing)
+        patch.setattr(HFEngine, "submit", submitting)
         patch.setenv("COLUMNS", "1000")  # the closing lines unwrapped
         result = CliRunner().invoke(app, ["demo", "--device", "cpu", *args])
     assert result.exit_code == 0, result.output[-3000:]
-    result.loaded, result.released = loaded, released
+    result.loaded, result.released, result.most_requests = loaded, released, most[0]
     return result
 
 
@@ -150,6 +160,9 @@ def test_the_demo_runs_sft_rl_and_three_evaluations_and_writes_what_the_docs_lis
     assert len(used) == RL_STEPS and all(0 <= share <= 1 for share in used)
     # the engine's cache freed after each evaluation and before each update, each time in use
     assert len(first.released) == 3 + RL_STEPS and all(first.released)
+    # the evaluations keep no more answers in flight than the engine decodes at once, so no
+    # answer's next turn waits behind new prompts (which would evict its cached keys)
+    assert first.most_requests == ENGINE_BATCH
     assert set(summary["phase_seconds"]) == {"data", "sft", "rl", "eval_base", "eval_sft", "eval_final"}
     assert summary["wall_time_s"] > 0 and summary["dtypes"]["training"] in ("float32", "bfloat16")
     # data/: the sizes set, the SFT traces as chat conversations
