@@ -1,5 +1,5 @@
 """`python -m rstar2` is the `rstar2` command."""
 
-from rstar2.cli import main
+from rstar2.launch import main
 
 main()

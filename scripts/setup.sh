@@ -28,6 +28,15 @@ if ! command -v c++ >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get 
     || echo "setup: g++ could not be installed; the engine will decode without its fused kernels" >&2
 fi
 
+# tcmalloc: the `rstar2` command starts itself with it preloaded (rstar2/launch.py), which keeps
+# PyTorch's large freed tensors for reuse instead of faulting them in again every step.
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+    && ! ldconfig -p 2>/dev/null | grep -q libtcmalloc_minimal; then
+  echo "setup: installing libtcmalloc-minimal4 (the command's allocator)" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libtcmalloc-minimal4 >/dev/null \
+    || echo "setup: tcmalloc could not be installed; rstar2 will use the system's malloc" >&2
+fi
+
 # Debian's chromium, for the browser tests of `rstar2 view` (driven by Playwright, no browser
 # download); without root they skip and say why.
 if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -47,7 +47,7 @@ def test_the_wheel_carries_what_the_commands_read(wheel):
     assert "rstar2/data/benchmarks/gsm8k_train.jsonl" in expected and len(expected) > 20
     assert expected <= names, sorted(expected - names)
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-    assert "rstar2 = rstar2.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "rstar2 = rstar2.launch:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
 def test_the_wheel_installs_with_no_deps_and_finds_its_data(wheel, tmp_path):

@@ -18,7 +18,9 @@ run's memory is the larger of its update and its rollouts, not their sum.
 
 The ``rstar2`` command calls ``keep_freed_memory`` at start; a program using the library calls
 it itself, or sets ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_``. Other C libraries
-(musl, macOS) are left as they are.
+(musl, macOS) are left as they are. Where the process runs on tcmalloc (the command preloads it
+where the machine has it: ``rstar2.launch``), tcmalloc keeps freed blocks of every size itself,
+and ``return_freed_memory`` asks it, not glibc, to give them back.
 """
 
 from __future__ import annotations
@@ -56,8 +58,23 @@ def keep_freed_memory() -> bool:
             and bool(libc.mallopt(M_TRIM_THRESHOLD, THRESHOLD)))
 
 
+@functools.cache
+def tcmalloc() -> ctypes.CDLL | None:
+    """The process's symbols where tcmalloc is among them (preloaded), else None."""
+    try:
+        process = ctypes.CDLL(None)
+        process.MallocExtension_ReleaseFreeMemory  # noqa: B018 (tcmalloc's C API)
+    except (OSError, AttributeError, TypeError):
+        return None
+    return process
+
+
 def return_freed_memory() -> bool:
-    """Give the heap's free pages back to the system (glibc's ``malloc_trim``; module
-    docstring); whether any were given back."""
+    """Give the heap's free pages back to the system (tcmalloc's ``ReleaseFreeMemory`` where the
+    process runs on it, else glibc's ``malloc_trim``; module docstring); whether the allocator
+    was asked (glibc: whether any pages were given back)."""
+    if (allocator := tcmalloc()) is not None:
+        allocator.MallocExtension_ReleaseFreeMemory()
+        return True
     libc = glibc()
     return bool(libc.malloc_trim(0)) if libc is not None else False

@@ -1,5 +1,6 @@
 """The allocator's thresholds: raised by the rstar2 command, left alone where the user set them."""
 
+import ctypes.util
 import subprocess
 import sys
 
@@ -62,3 +63,28 @@ def test_the_command_raises_them_at_start(monkeypatch):
     monkeypatch.setattr(app_module, "keep_freed_memory", lambda: called.append(True))
     result = CliRunner().invoke(app, ["grade", "--help"])
     assert result.exit_code == 0 and called == [True]
+
+
+TCMALLOC_TRIM = """
+import sys
+from rstar2.models.memory import return_freed_memory, tcmalloc
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 >> 20
+assert tcmalloc() is not None
+base = rss()
+blocks = [bytearray(4 << 20) for _ in range(128)]
+del blocks
+kept = rss() - base
+given_back = return_freed_memory()
+sys.stdout.write(f"{kept} {given_back} {rss() - base}")
+"""
+
+
+@pytest.mark.skipif(ctypes.util.find_library("tcmalloc_minimal") is None, reason="tcmalloc is not installed "
+                    "here (scripts/setup.sh installs libtcmalloc-minimal4 where it may)")
+def test_tcmalloc_keeps_freed_blocks_until_asked_to_give_them_back():
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("MALLOC_")}
+    env["LD_PRELOAD"] = ctypes.util.find_library("tcmalloc_minimal")
+    kept, given_back, after = subprocess.run([sys.executable, "-c", TCMALLOC_TRIM], env=env, capture_output=True,
+                                             text=True, check=True).stdout.split()
+    assert int(kept) >= 500 and given_back == "True" and int(after) < 50
