@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import tempfile
 import time
@@ -33,6 +32,7 @@ from rich.console import Console
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 from benchmarks.decode_floor_bench import machine  # noqa: E402
 from rstar2.data.benchmarks import load_benchmark  # noqa: E402
+from rstar2.data.jsonl import write_jsonl  # noqa: E402
 from rstar2.demo.pipeline import DemoSettings, Evaluator  # noqa: E402
 from rstar2.engines.hf.engine import HFEngine  # noqa: E402
 from rstar2.models.loading import load_tokenizer  # noqa: E402
@@ -60,11 +60,10 @@ class PrefillCounter:
         HFEngine.place = counting
 
 
-async def evaluate(config: RunConfig, heldout: Path, concurrency: int, url: str, grader: Grader,
-                   out: Path) -> tuple[float, float, int]:
-    """Seconds, accuracy and tokens generated of one held-out evaluation."""
-    tokenizer = load_tokenizer(config.model.path)
-    model = load_policy(config.model)
+async def evaluate(config: RunConfig, model, tokenizer, heldout: Path, concurrency: int, url: str,
+                   grader: Grader, out: Path) -> tuple[float, float, int]:
+    """Seconds, accuracy and tokens generated of one held-out evaluation, on an engine of its
+    own (nothing cached from the one before)."""
     engine = rollout_engine(config, model, tokenizer)
     try:
         async with SandboxClient([url]) as sandbox:
@@ -97,11 +96,12 @@ def main() -> None:
     heldout = args.run / "data" / "heldout.jsonl"
     if args.gsm8k:
         heldout = work / "gsm8k.jsonl"
-        heldout.write_text("".join(json.dumps({"id": p.id, "problem": p.problem, "answer": p.answer}) + "\n"
-                                   for p in load_benchmark("gsm8k").problems[:args.gsm8k]))
+        write_jsonl(heldout, (dict(p.row, id=p.id) for p in load_benchmark("gsm8k").problems[:args.gsm8k]))
     problems = len(load_benchmark(str(heldout)).problems)
     batch = rollout_batch_size(config)
     print(f"machine: {machine()}; {problems} problems, engine batch {batch}")
+    tokenizer = load_tokenizer(config.model.path)
+    model = load_policy(config.model)  # the evaluations push its weights; none changes them
     counter = PrefillCounter()
     print("| concurrency | seconds | prompt tokens computed | tokens generated | accuracy |")
     print("|---|---:|---:|---:|---:|")
@@ -111,7 +111,7 @@ def main() -> None:
             concurrency = {"all": problems, "batch": batch}.get(name) or int(name)
             counter.tokens = 0
             seconds, accuracy, generated = asyncio.run(
-                evaluate(config, heldout, concurrency, url, grader, work / f"eval-{index}"))
+                evaluate(config, model, tokenizer, heldout, concurrency, url, grader, work / f"eval-{index}"))
             print(f"| {name} ({concurrency}) | {seconds:.1f} | {counter.tokens} | {generated} | "
                   f"{100 * accuracy:.1f}% |", flush=True)
 

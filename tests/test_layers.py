@@ -2,8 +2,9 @@
 
 Every import in every module under ``rstar2/`` (function-level ones too) is read with ``ast``
 and mapped to the package it comes from and the package it reaches. The layers are
-``LAYERS`` (top to bottom): cli (with ``launch``, the command's process) > demo, view > run > cluster > rl, sft, eval > training,
-tasks > agent, data > fleet, serve > engines > models, weights > sandbox, reward;
+``LAYERS`` (top to bottom): cli (with ``launch``, the command's process) > demo, view > run >
+cluster > rl, sft, eval > training, tasks > agent, data > fleet, serve > engines > models,
+weights > sandbox, reward;
 ``rstar2/section.py`` (the base of every config section), the other top-level modules and the
 package root sit below them all. An import into a higher layer fails, and so does a cycle
 between packages (packages of one layer may import each other one way only).

@@ -23,7 +23,7 @@ from rstar2.engines.hf import HFEngine
 from rstar2.training.runlog import read_metrics
 
 # the arithmetic demo's sizes, set with --set demo.*
-# more held-out problems than the RL engine's batch (rl_sizes: 2 prompts x 2G = 8 rollouts)
+# more held-out problems than the RL engine's batch (rl_sizes: 2 prompts x 2G = 8 rollouts each)
 SFT, SFT_HARD, RL_PROBLEMS, RL_BASIC, HELDOUT = 4, 2, 4, 1, 20
 ENGINE_BATCH = 16
 DEMO_SIZES = [word for setting in (
